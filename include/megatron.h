@@ -1,0 +1,213 @@
+/* megatron.h: the public API of libmegatron (Megatron-C).
+ *
+ * Megatron-C trains GPT- and Llama-style decoder models with Megatron-LM's flags, data
+ * formats and log. The `megatron-c` command line is a thin user of this header:
+ *
+ *     mc_config cfg;
+ *     mc_config_init(&cfg);                          // Megatron's defaults
+ *     cfg.model.num_layers = 2; ...                  // or mc_config_parse_args(...)
+ *     mc_trainer *t = mc_trainer_create(&cfg, &err);
+ *     for (int i = 0; i < cfg.train.train_iters; i++) mc_trainer_step(t, &stats, &err);
+ *     mc_trainer_free(t);
+ *
+ * Every function that can fail on user input returns MC_OK (0) or MC_ERR and writes a
+ * one-line message into `mc_err`. */
+#ifndef MEGATRON_H
+#define MEGATRON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MC_VERSION "0.1.0"
+
+#ifndef MC_ERR_TYPE_DEFINED
+#define MC_ERR_TYPE_DEFINED
+enum { MC_OK = 0, MC_ERR = -1 };
+typedef struct mc_err {
+    char msg[1024];
+} mc_err;
+#endif
+
+typedef enum { MC_NORM_LAYERNORM = 0, MC_NORM_RMSNORM } mc_normalization;
+typedef enum { MC_POS_LEARNED_ABSOLUTE = 0, MC_POS_ROPE, MC_POS_NONE } mc_position_embedding;
+typedef enum {
+    MC_LR_CONSTANT = 0,
+    MC_LR_LINEAR,
+    MC_LR_COSINE,
+    MC_LR_INVERSE_SQRT,
+    MC_LR_WSD
+} mc_lr_decay_style;
+typedef enum { MC_WSD_LINEAR = 0, MC_WSD_COSINE, MC_WSD_EXPONENTIAL, MC_WSD_MINUS_SQRT } mc_wsd_decay_style;
+typedef enum { MC_DEVICE_AUTO = 0, MC_DEVICE_CPU_ONLY, MC_DEVICE_CUDA_ONLY } mc_device_choice;
+typedef enum { MC_TOKENIZER_NONE = 0, MC_TOKENIZER_NULL, MC_TOKENIZER_BYTE, MC_TOKENIZER_GPT2BPE,
+               MC_TOKENIZER_HF, MC_TOKENIZER_SENTENCEPIECE } mc_tokenizer_type;
+
+/* The model (Megatron's TransformerConfig subset for dense GPT/Llama). */
+typedef struct mc_model_config {
+    int num_layers;
+    int hidden_size;
+    int ffn_hidden_size;     /* 0: 4h, or int(8h/3/64)*64 with swiglu (Megatron's rule) */
+    int num_attention_heads;
+    bool group_query_attention;
+    int num_query_groups;    /* used only with group_query_attention */
+    int kv_channels;         /* 0: hidden / heads */
+    int seq_length;
+    int max_position_embeddings; /* 0: seq_length */
+    mc_normalization normalization;
+    float norm_epsilon;
+    mc_position_embedding position_embedding_type;
+    float rotary_base;
+    float rotary_percent;
+    bool use_rope_scaling;   /* Llama 3.1 frequency scaling */
+    float rope_scaling_factor;
+    bool swiglu;
+    bool untie_embeddings_and_output_weights;
+    bool add_bias_linear;    /* false with --disable-bias-linear */
+    float init_method_std;
+    float attention_dropout;
+    float hidden_dropout;
+    int make_vocab_size_divisible_by;
+    int vocab_size;          /* unpadded; from the tokenizer or --vocab-size */
+} mc_model_config;
+
+typedef struct mc_optim_config {
+    int optimizer;                              /* 0: adam (AdamW) */
+    float lr, min_lr;
+    mc_lr_decay_style lr_decay_style;
+    int64_t lr_decay_iters, lr_decay_samples;   /* 0: the training length */
+    int64_t lr_warmup_iters, lr_warmup_samples;
+    double lr_warmup_fraction;                  /* < 0: unset */
+    float lr_warmup_init;
+    mc_wsd_decay_style lr_wsd_decay_style;
+    int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
+    float weight_decay;
+    float start_weight_decay, end_weight_decay; /* < 0: unset (both = weight_decay) */
+    int weight_decay_incr_style;                /* 0 constant, 1 linear, 2 cosine */
+    float adam_beta1, adam_beta2, adam_eps;
+    float clip_grad;                            /* 0: no clipping */
+} mc_optim_config;
+
+typedef struct mc_train_config {
+    int micro_batch_size;
+    int global_batch_size;                      /* 0: micro_batch_size * dp */
+    int64_t train_iters;
+    int64_t train_samples;                      /* alternative to train_iters */
+    uint64_t seed;
+    int64_t eval_interval;                      /* 0: no periodic evaluation */
+    int64_t eval_iters;
+    int64_t log_interval;
+    int64_t exit_interval;                      /* 0: off; stop after an iteration divisible by it */
+    mc_device_choice device;
+    bool deterministic_mode;
+} mc_train_config;
+
+typedef struct mc_data_config {
+    bool mock_data;
+    mc_tokenizer_type tokenizer_type;
+    char *data_path;          /* Megatron's --data-path, space-separated "[w] prefix ..." */
+    char *split;              /* e.g. "969,30,1" */
+    char *data_cache_path;
+    char *vocab_file, *merge_file, *tokenizer_model;
+    /* Megatron-C extension: a plain UTF-8 text file, split into documents at blank lines
+     * and tokenized with the byte-level tokenizer (256 bytes + EOD). */
+    char *text_data_path;
+    bool eod_mask_loss, reset_position_ids, reset_attention_mask;
+    int dataloader_type;      /* 0: single (Megatron's sequential sampler) */
+    /* In-memory corpus of token documents (library users, and the demo): when set, used
+     * instead of data_path. Each document is tokens[doc_offsets[i] .. doc_offsets[i+1]). */
+    const int32_t *corpus_tokens;
+    const int64_t *corpus_doc_offsets;
+    int64_t corpus_num_docs;
+} mc_data_config;
+
+typedef struct mc_parallel_config {
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int context_parallel_size;
+    int expert_model_parallel_size;
+    bool sequence_parallel;
+    bool use_distributed_optimizer;
+    bool overlap_grad_reduce, overlap_param_gather;
+    int64_t ddp_bucket_size;                    /* 0: Megatron's default */
+    int distributed_timeout_minutes;
+    bool accumulate_allreduce_grads_in_fp32;
+} mc_parallel_config;
+
+typedef struct mc_log_config {
+    char *log_dir;            /* JSONL of every logged metric in log_dir/metrics.jsonl */
+    bool log_throughput;
+    bool log_params_norm;
+    bool log_num_zeros_in_grad;
+    int timing_log_level;
+    double peak_tflops;       /* 0: measure (CPU sgemm) or 989 on H100/H200 */
+    bool quiet;               /* library use: no iteration lines on stdout */
+    /* After training, print a greedy continuation of this prompt (Megatron-C extension). */
+    char *sample_prompt;
+    int sample_tokens;
+} mc_log_config;
+
+typedef struct mc_precision_config {
+    bool bf16, fp16;
+} mc_precision_config;
+
+typedef struct mc_config {
+    mc_model_config model;
+    mc_optim_config optim;
+    mc_train_config train;
+    mc_data_config data;
+    mc_parallel_config parallel;
+    mc_precision_config precision;
+    mc_log_config log;
+} mc_config;
+
+/* Megatron's defaults (core_v0.15) for every field. */
+void mc_config_init(mc_config *cfg);
+/* Parses Megatron-style flags (argv[0] is not skipped: pass argv + 1). Unknown flags fail
+ * naming the closest known flag; see `megatron-c train --help`. */
+int mc_config_parse_args(mc_config *cfg, int argc, char **argv, mc_err *err);
+/* Checks the combination (heads divide hidden, gbs % (mbs*dp) == 0, ...) and fills the
+ * derived values (ffn size, kv channels, query groups, padded vocab...). */
+int mc_config_validate(mc_config *cfg, int world_size, mc_err *err);
+void mc_config_free(mc_config *cfg);
+/* Vocabulary size padded as Megatron: a multiple of make_vocab_size_divisible_by * TP. */
+int mc_config_padded_vocab(const mc_config *cfg);
+
+/* One training iteration's numbers, as the iteration line prints them. */
+typedef struct mc_step_stats {
+    int64_t iteration;
+    int64_t consumed_samples;
+    double lm_loss;           /* token-weighted mean over the global batch */
+    double grad_norm;         /* before clipping */
+    double learning_rate;     /* used by this iteration's update */
+    double elapsed_ms;
+    double tflops_per_gpu;
+    double tokens_per_sec_per_gpu;
+    int64_t num_zeros;
+    bool skipped;
+} mc_step_stats;
+
+typedef struct mc_trainer mc_trainer;
+
+mc_trainer *mc_trainer_create(const mc_config *cfg, mc_err *err);
+/* Runs one iteration: global_batch_size / (micro_batch_size * dp) micro-batches of
+ * forward and backward, then the optimizer step. */
+int mc_trainer_step(mc_trainer *t, mc_step_stats *stats, mc_err *err);
+/* Mean lm loss over `iters` global batches of the validation (split 1) or test (2) set. */
+int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss, mc_err *err);
+/* Runs the whole job as `megatron-c train`: the loop, periodic eval, logging. */
+int mc_trainer_run(mc_trainer *t, mc_err *err);
+/* Greedy continuation of `prompt` (token ids) by `n` tokens into out (length n). */
+int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
+int64_t mc_trainer_num_params(const mc_trainer *t);
+void mc_trainer_free(mc_trainer *t);
+
+const char *mc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages Megatron-C builds against, only those missing.
+# Idempotent and quiet when everything is present.
+set -euo pipefail
+need=()
+have_header() { for d in /usr/include /usr/include/x86_64-linux-gnu /usr/local/include; do
+                  [ -e "$d/$1" ] && return 0; done; return 1; }
+have_header cblas.h || ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1 || need+=(libopenblas-dev)
+have_header cjson/cJSON.h   || need+=(libcjson-dev)
+have_header pcre2.h         || need+=(libpcre2-dev)
+have_header zlib.h          || need+=(zlib1g-dev)
+have_header mpi.h || ls /usr/include/x86_64-linux-gnu/mpi/mpi.h /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h >/dev/null 2>&1 \
+                            || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+command -v cmake  >/dev/null || need+=(cmake)
+command -v gcc    >/dev/null || need+=(gcc)
+command -v make   >/dev/null || need+=(make)
+gcc -fopenmp -x c -o /dev/null - <<<'int main(void){return 0;}' >/dev/null 2>&1 || need+=(libgomp1)
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "install-deps: installing ${need[*]}"
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

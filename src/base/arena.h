@@ -1,0 +1,37 @@
+/* arena.h: bump allocators over one backend allocation, sized up front.
+ *
+ * Memory is planned: code that needs buffers first runs its allocation sequence against a
+ * measuring arena (which only counts), then creates a real arena of exactly that size and
+ * runs the same sequence again. Nothing is allocated in the step loop. */
+#ifndef MC_BASE_ARENA_H
+#define MC_BASE_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct mc_backend;
+
+#define MC_ARENA_ALIGN 256 /* bytes: enough for 16-byte vector loads and TMA descriptors */
+
+typedef struct mc_arena {
+    const char *name;
+    struct mc_backend *be; /* NULL: host memory from malloc */
+    char *base;
+    size_t capacity, used, peak;
+    bool measuring; /* only counts; returned pointers must not be dereferenced */
+} mc_arena;
+
+/* A counting arena (no memory). */
+void mc_arena_init_measure(mc_arena *a, const char *name);
+/* A real arena of `bytes` from backend `be` (host malloc when be == NULL). */
+void mc_arena_init(mc_arena *a, const char *name, struct mc_backend *be, size_t bytes);
+void mc_arena_free(mc_arena *a);
+
+/* `bytes` rounded up to MC_ARENA_ALIGN; aborts with the arena's name when it overflows
+ * (a planning bug, not a user error). */
+void *mc_arena_alloc(mc_arena *a, size_t bytes);
+/* Marks and releases for scoped temporaries. */
+static inline size_t mc_arena_mark(const mc_arena *a) { return a->used; }
+void mc_arena_release(mc_arena *a, size_t mark);
+
+#endif

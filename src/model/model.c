@@ -1,0 +1,170 @@
+/* model.c: creation (shard sizes, buffers, activation plan) of the decoder. The forward
+ * and backward passes are in model_forward.c. */
+#include <math.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* Llama 3.1 frequency scaling (Megatron's apply_rope_scaling): factor from the flag,
+ * low/high frequency factors 1 and 4, original context 8192. */
+static double llama31_scale(double freq, double factor) {
+    const double low_ff = 1.0, high_ff = 4.0, old_ctx = 8192.0;
+    double low_wavelen = old_ctx / low_ff, high_wavelen = old_ctx / high_ff;
+    double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) return freq;
+    if (wavelen > low_wavelen) return freq / factor;
+    double smooth = (old_ctx / wavelen - low_ff) / (high_ff - low_ff);
+    return (1.0 - smooth) * freq / factor + smooth * freq;
+}
+
+static void build_rope_tables(mc_model *m, mc_arena *a) {
+    const mc_model_config *c = &m->cfg;
+    m->rot_dim = (int)(c->kv_channels * c->rotary_percent);
+    int64_t half = m->rot_dim / 2, P = c->max_position_embeddings;
+    mc_dtype dt = mc_model_stat_dtype(m->act_dtype);
+    size_t bytes = (size_t)(P * half) * mc_dtype_size(dt);
+    m->rope_cos = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
+    m->rope_sin = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
+    if (a->measuring) return;
+    void *hc = mc_xmalloc(bytes), *hs = mc_xmalloc(bytes);
+    for (int64_t k = 0; k < half; k++) {
+        /* inv_freq as Megatron/HF compute it: in fp32 from (2k / rot_dim). */
+        float expo = (float)(2 * k) / (float)m->rot_dim;
+        double inv = 1.0 / pow((double)c->rotary_base, (double)expo);
+        if (c->use_rope_scaling) inv = llama31_scale(inv, c->rope_scaling_factor);
+        for (int64_t p = 0; p < P; p++) {
+            double ang = (double)p * inv;
+            if (dt == MC_F64) {
+                ((double *)hc)[p * half + k] = cos(ang);
+                ((double *)hs)[p * half + k] = sin(ang);
+            } else {
+                ((float *)hc)[p * half + k] = (float)cos(ang);
+                ((float *)hs)[p * half + k] = (float)sin(ang);
+            }
+        }
+    }
+    m->be->copy_h2d(m->be, m->rope_cos.data, hc, bytes);
+    m->be->copy_h2d(m->be, m->rope_sin.data, hs, bytes);
+    free(hc);
+    free(hs);
+}
+
+static mc_tensor alloc2(mc_arena *a, mc_dtype dt, int64_t r, int64_t c) {
+    return mc_tensor_2d(mc_arena_alloc(a, (size_t)(r * c) * mc_dtype_size(dt)), dt, r, c);
+}
+
+static mc_tensor alloc1(mc_arena *a, mc_dtype dt, int64_t n) {
+    return mc_tensor_1d(mc_arena_alloc(a, (size_t)n * mc_dtype_size(dt)), dt, n);
+}
+
+/* The whole activation plan; run once on a measuring arena, once on the real one. */
+static void plan_activations(mc_model *m, mc_arena *a) {
+    const mc_model_config *c = &m->cfg;
+    int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
+    mc_dtype at = m->act_dtype, st = mc_model_stat_dtype(at);
+    bool ln = c->normalization == MC_NORM_LAYERNORM;
+    /* Residual stream: res[l] is the input of layer l, res[L] the final residual. */
+    mc_tensor prev = alloc2(a, at, N, h);
+    m->emb_out = prev;
+    for (int l = 0; l < c->num_layers; l++) {
+        mc_layer_acts *la = &m->acts[l];
+        la->x_in = prev;
+        la->y1 = alloc2(a, at, N, h);
+        la->mean1 = ln ? alloc1(a, st, N) : mc_tensor_none();
+        la->rstd1 = alloc1(a, st, N);
+        la->qkv = alloc2(a, at, N, m->qkv_local);
+        la->att = alloc2(a, at, N, (int64_t)m->heads_local * d);
+        la->lse = alloc1(a, st, m->max_batch * m->heads_local * m->seq);
+        la->x_mid = alloc2(a, at, N, h);
+        la->y2 = alloc2(a, at, N, h);
+        la->mean2 = ln ? alloc1(a, st, N) : mc_tensor_none();
+        la->rstd2 = alloc1(a, st, N);
+        la->fc1 = alloc2(a, at, N, m->fc1_local);
+        la->act = alloc2(a, at, N, m->ffn_local);
+        prev = alloc2(a, at, N, h);
+    }
+    m->x_final = prev;
+    m->yf = alloc2(a, at, N, h);
+    m->meanf = ln ? alloc1(a, st, N) : mc_tensor_none();
+    m->rstdf = alloc1(a, st, N);
+    /* Backward scratch, and the forward's [N, h] temporary (dtmp). */
+    m->dres = alloc2(a, at, N, h);
+    m->dtmp = alloc2(a, at, N, h);
+    int64_t big = m->qkv_local > m->fc1_local ? m->qkv_local : m->fc1_local;
+    m->dbig = alloc2(a, at, N, big);
+    m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
+    m->dact = alloc2(a, at, N, m->ffn_local);
+    /* LM head chunk: at most 2^24 logits at a time (64 MB in fp32). */
+    int64_t chunk = ((int64_t)1 << 24) / m->vocab_local;
+    if (chunk < 1) chunk = 1;
+    if (chunk > N) chunk = N;
+    m->head_chunk = chunk;
+    m->logits = alloc2(a, at, chunk, m->vocab_local);
+    m->rowmax = alloc1(a, st, chunk);
+    m->stats = alloc2(a, st, 2, chunk);
+    m->tok_loss = alloc1(a, st, chunk);
+    if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
+}
+
+int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
+                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, mc_err *err) {
+    memset(m, 0, sizeof *m);
+    m->cfg = cfg->model;
+    m->padded_vocab = mc_config_padded_vocab(cfg);
+    m->be = be;
+    m->comm = comm;
+    m->param_dtype = param_dtype;
+    m->grad_dtype = grad_dtype;
+    m->act_dtype = act_dtype;
+    m->seed = cfg->train.seed;
+    const mc_model_config *c = &m->cfg;
+    m->tp = comm->tp.size;
+    m->tp_rank = comm->tp.rank;
+    int tp = m->tp;
+    if (c->num_attention_heads % tp || (c->num_query_groups % tp && tp % c->num_query_groups) ||
+        c->ffn_hidden_size % tp || m->padded_vocab % tp)
+        return mc_err_set(err, "model sizes are not divisible by the tensor-parallel size %d", tp);
+    m->heads_local = c->num_attention_heads / tp;
+    m->groups_local = c->num_query_groups >= tp ? c->num_query_groups / tp : 1;
+    m->qkv_local = (m->heads_local + 2 * m->groups_local) * c->kv_channels;
+    m->ffn_local = c->ffn_hidden_size / tp;
+    m->fc1_local = c->swiglu ? 2 * m->ffn_local : m->ffn_local;
+    m->vocab_local = m->padded_vocab / tp;
+    m->vocab_start = (int64_t)m->tp_rank * m->vocab_local;
+    m->max_batch = max_batch;
+    m->seq = c->seq_length;
+
+    mc_model_build_table(m);
+    m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(param_dtype));
+    m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(grad_dtype));
+    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(param_dtype));
+    be->zero(be, m->grad_buf, (size_t)m->numel * mc_dtype_size(grad_dtype));
+
+    m->acts = mc_xcalloc((size_t)c->num_layers, sizeof(mc_layer_acts));
+    mc_arena measure;
+    mc_arena_init_measure(&measure, "activations (plan)");
+    plan_activations(m, &measure);
+    mc_arena_init(&m->act_arena, "activations", be, measure.peak);
+    plan_activations(m, &m->act_arena);
+    m->act_bytes = m->act_arena.capacity;
+    m->host_loss = mc_xmalloc(sizeof(double) * (size_t)m->head_chunk);
+    m->host_mask = mc_xmalloc(sizeof(double) * (size_t)m->head_chunk);
+    m->host_f32 = mc_xmalloc(sizeof(float) * (size_t)m->head_chunk);
+    m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
+    return MC_OK;
+}
+
+void mc_model_free(mc_model *m) {
+    if (!m->be) return;
+    mc_arena_free(&m->act_arena);
+    m->be->free(m->be, m->param_buf);
+    m->be->free(m->be, m->grad_buf);
+    free(m->params);
+    free(m->layers);
+    free(m->acts);
+    free(m->host_loss);
+    free(m->host_mask);
+    free(m->host_f32);
+    free(m->host_logits);
+    memset(m, 0, sizeof *m);
+}

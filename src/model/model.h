@@ -1,0 +1,162 @@
+/* model.h: the GPT/Llama decoder with explicit forward and backward.
+ *
+ * One model serves both families; Megatron's flags choose the pieces (LayerNorm/RMSNorm,
+ * learned/rotary positions, GELU/SwiGLU, biases, GQA, tied/untied head).
+ *
+ * Memory (all planned at creation, nothing allocated per step):
+ * - parameters: one flat buffer in `param_dtype`, laid out layer by layer in forward
+ *   order, every tensor starting at a multiple of 64 elements; each tensor is this rank's
+ *   tensor-parallel shard, named by its global Megatron name (model_params.c).
+ * - gradients: one flat buffer in `grad_dtype` (Megatron's main_grad), same layout, so
+ *   buckets for data-parallel reduction are contiguous ranges taken from the end.
+ * - activations: one arena holding what backward needs for one micro-batch, plus
+ *   scratch for backward; sized from (micro_batch_size, seq_length) up front.
+ *
+ * Activations are [s, b, h] (token t = s*B + b). Tensor-parallel collectives are called on
+ * the tp group; with TP = 1 they are no-ops. */
+#ifndef MC_MODEL_MODEL_H
+#define MC_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "comm/comm.h"
+#include "megatron.h"
+#include "tensor/backend.h"
+
+typedef enum { MC_INIT_NORMAL = 0, MC_INIT_ZEROS, MC_INIT_ONES } mc_init_kind;
+/* How a tensor is split across tensor-parallel ranks. */
+typedef enum {
+    MC_TP_REPLICATED = 0,
+    MC_TP_ROWS,        /* column-parallel linear / vocab-parallel embedding: output rows split */
+    MC_TP_COLS,        /* row-parallel linear: input columns split */
+    MC_TP_QKV_ROWS,    /* QKV rows by query group (kv heads replicated when groups < TP) */
+    MC_TP_SWIGLU_ROWS, /* fc1 rows: this rank's gate rows then its up rows */
+} mc_tp_split;
+
+typedef struct mc_param {
+    char name[96];       /* global Megatron name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
+    int ndim;
+    int64_t shape[2];    /* this rank's shard */
+    int64_t global_shape[2];
+    int64_t offset;      /* element offset in the flat buffers */
+    int64_t numel;
+    bool no_weight_decay;/* biases and norm weights (Megatron: 1-D params) */
+    mc_tp_split split;
+    mc_init_kind init;
+    float init_std;
+} mc_param;
+
+/* Indices into mc_model.params; -1 when the model has no such tensor. */
+typedef struct mc_layer_params {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} mc_layer_params;
+
+/* Saved activations of one layer for one micro-batch (views into the arena). */
+typedef struct mc_layer_acts {
+    mc_tensor x_in;      /* [N, h] layer input (residual stream) */
+    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h], stats [N] */
+    mc_tensor qkv;       /* [N, qkv_local] after RoPE */
+    mc_tensor att, lse;  /* [N, heads_local*d], [B, heads_local, S] */
+    mc_tensor x_mid;     /* [N, h] after the attention residual */
+    mc_tensor y2, mean2, rstd2;
+    mc_tensor fc1;       /* [N, ffn_local] or [N, 2*ffn_local] with SwiGLU */
+    mc_tensor act;       /* [N, ffn_local] */
+} mc_layer_acts;
+
+/* One micro-batch in backend memory, [s, b] token order. */
+typedef struct mc_microbatch {
+    int64_t seq, batch;
+    mc_tensor tokens;    /* [N] I32 */
+    mc_tensor labels;    /* [N] I32 */
+    mc_tensor loss_mask; /* [N] act dtype (F32/F64) */
+    mc_tensor pos;       /* [N] I32 position ids */
+    mc_tensor seg_start; /* optional [B, S] I32 (--reset-attention-mask) */
+} mc_microbatch;
+
+typedef struct mc_model {
+    mc_model_config cfg; /* validated and derived (kv_channels, groups, ffn set) */
+    int padded_vocab;
+    mc_backend *be;
+    mc_comm *comm;
+    mc_dtype param_dtype, grad_dtype, act_dtype;
+    uint64_t seed;
+
+    /* This rank's shard sizes. */
+    int tp, tp_rank;
+    int heads_local, groups_local, qkv_local, ffn_local, fc1_local, vocab_local;
+    int64_t vocab_start;
+
+    mc_param *params;
+    int nparams;
+    int64_t numel;        /* flat buffer length including alignment padding */
+    int64_t numel_unpadded;
+    mc_layer_params *layers;
+    int emb_w, pos_w, lnf_w, lnf_b, out_w; /* out_w == emb_w when tied */
+
+    void *param_buf;      /* [numel] param_dtype */
+    void *grad_buf;       /* [numel] grad_dtype */
+
+    /* RoPE tables [max_pos, rot_dim/2] in act dtype precision (F32/F64). */
+    mc_tensor rope_cos, rope_sin;
+    int rot_dim;
+
+    /* Activations for one micro-batch of up to (max_batch, seq) tokens. */
+    int64_t max_batch, seq;
+    mc_arena act_arena;
+    mc_layer_acts *acts;  /* [num_layers] */
+    mc_tensor emb_out;    /* [N, h] input of layer 0 */
+    mc_tensor x_final, yf, meanf, rstdf; /* final residual, final norm output and stats */
+    /* backward scratch */
+    mc_tensor dres, dtmp, dbig, datt, dact;
+    /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
+    mc_tensor logits, rowmax, stats, tok_loss;
+    int64_t head_chunk;
+    size_t act_bytes;
+    /* host staging: per-token losses and masks of a head chunk, one logits row */
+    double *host_loss, *host_mask;
+    float *host_f32;
+    char *host_logits;
+} mc_model;
+
+/* Builds the parameter table and plans/allocates parameters, gradients and activations
+ * for micro-batches of up to max_batch sequences. cfg must be validated. */
+int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
+                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, mc_err *err);
+void mc_model_free(mc_model *m);
+
+/* Fills the parameters: normal(0, std) for matrices (std / sqrt(2 L) for the attention and
+ * MLP output projections, Megatron's scaled init), 1 for norm weights, 0 for biases.
+ * Each element is a pure function of (seed, global name, global index), so every
+ * parallel layout starts from the same model. */
+void mc_model_init_params(mc_model *m, uint64_t seed);
+
+int mc_model_find_param(const mc_model *m, const char *name);
+/* A view of a parameter (or its gradient) in backend memory. */
+mc_tensor mc_model_param(const mc_model *m, int idx);
+mc_tensor mc_model_grad(const mc_model *m, int idx);
+/* Global (row, col) of a local element of parameter p on this rank (for init, checkpoints). */
+void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row, int64_t col, int64_t *grow,
+                              int64_t *gcol);
+
+/* Forward (and, when `backward`, backward) of one micro-batch. Returns on the host the sum
+ * of masked token losses and the number of masked tokens. Gradients accumulate into the
+ * gradient buffer scaled by grad_scale (d loss_sum); `rng_stream` names this micro-batch's
+ * dropout draws (unique per micro-batch and iteration). */
+void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
+                               uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens);
+
+/* Greedy next token after position `t` of sequence b (forward already run on mb with
+ * train = false): argmax over the full vocabulary (ids >= vocab_size are skipped). */
+int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b);
+void mc_model_forward_only(mc_model *m, const mc_microbatch *mb);
+
+/* This rank's logits [N, vocab_local] of a micro-batch into host memory, as F32 (for
+ * tests and export checks; allocates a host staging buffer). */
+void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out);
+
+/* Parameter count of the whole model (all ranks), excluding padding. */
+int64_t mc_model_num_params_global(const mc_model *m);
+
+#endif

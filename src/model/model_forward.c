@@ -1,0 +1,366 @@
+/* model_forward.c: forward and backward of the decoder for one micro-batch.
+ *
+ * Per layer (Megatron's pre-norm block; tensor-parallel collectives on the tp group):
+ *   y1 = norm1(x); qkv = y1 Wqkv^T (+b) [column-parallel]; rope(q, k); att = attention(qkv)
+ *   t = att Wproj^T [row-parallel, all-reduce] (+b); x_mid = x + dropout(t)
+ *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
+ *   t = act W2^T [row-parallel, all-reduce] (+b); x_out = x_mid + dropout(t)
+ * Row-parallel biases are added by TP rank 0 only, before the all-reduce, so the sum holds
+ * them once; every rank computes their (identical) gradient from the full output gradient.
+ *
+ * The LM head runs in token chunks: logits, the vocab-parallel cross-entropy and, when
+ * training, the head's backward happen chunk by chunk, so the full [N, V] logits never
+ * exist at once. */
+#include <math.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* Dropout streams: one per (micro-batch, site), sites numbered within the model. */
+static uint64_t site_stream(uint64_t mb_stream, int site) { return mb_stream * 4096u + (uint64_t)site; }
+enum { SITE_EMB = 0 };
+static int site_attn_res(int l) { return 1 + 3 * l; }
+static int site_mlp_res(int l) { return 2 + 3 * l; }
+static int site_attn_probs(int l) { return 3 + 3 * l; }
+
+static mc_tensor rows_of(const mc_tensor *t, int64_t n) {
+    mc_tensor r = *t;
+    if (t->ndim == 1) {
+        r.shape[0] = n;
+    } else {
+        MC_ASSERT(t->ndim == 2 && n <= t->shape[0]);
+        r.shape[0] = n;
+    }
+    return r;
+}
+
+static mc_tensor rows_at(const mc_tensor *t, int64_t r0, int64_t n) {
+    if (t->ndim == 2) return mc_tensor_rows(t, r0, n);
+    mc_tensor r = *t;
+    r.data = (char *)t->data + (size_t)r0 * mc_dtype_size(t->dtype);
+    r.shape[0] = n;
+    return r;
+}
+
+typedef struct {
+    mc_model *m;
+    mc_backend *be;
+    int64_t S, B, N;
+    bool train;
+    uint64_t stream;
+    const mc_microbatch *mb;
+} pass_ctx;
+
+static void norm_fwd(pass_ctx *p, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x, int wi, int bi) {
+    mc_model *m = p->m;
+    mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi);
+    mc_tensor yy = rows_of(y, p->N), xx = rows_of(x, p->N), rs = rows_of(rstd, p->N);
+    if (m->cfg.normalization == MC_NORM_LAYERNORM) {
+        mc_tensor mu = rows_of(mean, p->N);
+        p->be->layernorm_fwd(p->be, &yy, &mu, &rs, &xx, &w, &b, m->cfg.norm_epsilon);
+    } else {
+        p->be->rmsnorm_fwd(p->be, &yy, &rs, &xx, &w, m->cfg.norm_epsilon);
+    }
+}
+
+static void norm_bwd(pass_ctx *p, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *mean,
+                     const mc_tensor *rstd, int wi, int bi) {
+    mc_model *m = p->m;
+    mc_tensor w = mc_model_param(m, wi), gw = mc_model_grad(m, wi), gb = mc_model_grad(m, bi);
+    mc_tensor dxx = rows_of(dx, p->N), dyy = rows_of(dy, p->N), xx = rows_of(x, p->N), rs = rows_of(rstd, p->N);
+    if (m->cfg.normalization == MC_NORM_LAYERNORM) {
+        mc_tensor mu = rows_of(mean, p->N);
+        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, &dyy, &xx, &w, &mu, &rs);
+    } else {
+        p->be->rmsnorm_bwd(p->be, &dxx, &gw, &dyy, &xx, &w, &rs);
+    }
+}
+
+static mc_attn_desc attn_desc(pass_ctx *p, int l) {
+    mc_model *m = p->m;
+    mc_attn_desc d = {
+        .seq = p->S,
+        .batch = p->B,
+        .heads = m->heads_local,
+        .groups = m->groups_local,
+        .head_dim = m->cfg.kv_channels,
+        .softmax_scale = (float)(1.0 / sqrt((double)m->cfg.kv_channels)),
+        .dropout = p->train ? m->cfg.attention_dropout : 0.0f,
+        .seed = m->seed,
+        .stream = site_stream(p->stream, site_attn_probs(l)),
+        .seg_start = p->mb->seg_start,
+    };
+    return d;
+}
+
+static mc_rope_desc rope_desc(pass_ctx *p) {
+    mc_model *m = p->m;
+    /* Megatron's rotary embedding uses the position within the sequence, also with
+     * --reset-position-ids (which resets learned position embeddings only). */
+    mc_rope_desc d = {
+        .seq = p->S,
+        .batch = p->B,
+        .heads = m->heads_local,
+        .groups = m->groups_local,
+        .head_dim = m->cfg.kv_channels,
+        .rot_dim = m->rot_dim,
+        .cos = m->rope_cos,
+        .sin = m->rope_sin,
+        .pos = mc_tensor_none(),
+    };
+    return d;
+}
+
+/* y = x W^T (+ b) followed by the tensor-parallel all-reduce of a row-parallel linear. */
+static void row_parallel_fwd(pass_ctx *p, mc_tensor *y, const mc_tensor *x, int wi, int bi) {
+    mc_model *m = p->m;
+    mc_tensor w = mc_model_param(m, wi);
+    mc_tensor b = m->tp_rank == 0 ? mc_model_param(m, bi) : mc_tensor_none();
+    p->be->linear_fwd(p->be, y, x, &w, &b);
+    mc_comm_all_reduce(&m->comm->tp, p->be, y, MC_REDUCE_SUM);
+}
+
+static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_layer_acts *a = &m->acts[l];
+    const mc_layer_params *lp = &m->layers[l];
+    int64_t N = p->N;
+    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+
+    norm_fwd(p, &a->y1, &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
+    mc_tensor y1 = rows_of(&a->y1, N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
+    mc_tensor wqkv = mc_model_param(m, lp->qkv_w), bqkv = mc_model_param(m, lp->qkv_b);
+    be->linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
+    mc_attn_desc ad = attn_desc(p, l);
+    if (m->cfg.position_embedding_type == MC_POS_ROPE) {
+        mc_rope_desc rd = rope_desc(p);
+        be->rope(be, &qkv, &rd, false);
+    }
+    mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
+    be->attention_fwd(be, &att, &lse, &qkv, &ad);
+    mc_tensor tmp = rows_of(&m->dtmp, N);
+    row_parallel_fwd(p, &tmp, &att, lp->proj_w, lp->proj_b);
+    mc_tensor x_in = rows_of(&a->x_in, N), x_mid = rows_of(&a->x_mid, N);
+    be->dropout_add_fwd(be, &x_mid, &x_in, &tmp, hp, m->seed, site_stream(p->stream, site_attn_res(l)));
+
+    norm_fwd(p, &a->y2, &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
+    mc_tensor y2 = rows_of(&a->y2, N), fc1 = rows_of(&a->fc1, N), act = rows_of(&a->act, N);
+    mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b);
+    be->linear_fwd(be, &fc1, &y2, &w1, &b1);
+    if (m->cfg.swiglu)
+        be->swiglu_fwd(be, &act, &fc1);
+    else
+        be->gelu_fwd(be, &act, &fc1);
+    row_parallel_fwd(p, &tmp, &act, lp->fc2_w, lp->fc2_b);
+    mc_tensor out = rows_of(x_out, N);
+    be->dropout_add_fwd(be, &out, &x_mid, &tmp, hp, m->seed, site_stream(p->stream, site_mlp_res(l)));
+}
+
+static void layer_bwd(pass_ctx *p, int l) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_layer_acts *a = &m->acts[l];
+    const mc_layer_params *lp = &m->layers[l];
+    int64_t N = p->N;
+    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+    mc_tensor dres = rows_of(&m->dres, N), dtmp = rows_of(&m->dtmp, N);
+
+    /* dres = d x_out. Through the MLP residual: d x_mid gets dres itself (identity path)
+     * plus the norm2 input gradient, accumulated by norm_bwd below. */
+    be->dropout_bwd(be, &dtmp, &dres, hp, m->seed, site_stream(p->stream, site_mlp_res(l)));
+    mc_tensor act = rows_of(&a->act, N), dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N);
+    mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
+    be->linear_bwd(be, &dact, &gw2, &gb2, &dtmp, &act, &w2);
+    mc_tensor dfc1 = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->fc1_local);
+    if (m->cfg.swiglu)
+        be->swiglu_bwd(be, &dfc1, &dact, &fc1);
+    else
+        be->gelu_bwd(be, &dfc1, &dact, &fc1);
+    mc_tensor y2 = rows_of(&a->y2, N);
+    mc_tensor w1 = mc_model_param(m, lp->fc1_w), gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b);
+    be->linear_bwd(be, &dtmp, &gw1, &gb1, &dfc1, &y2, &w1);
+    mc_comm_all_reduce(&m->comm->tp, be, &dtmp, MC_REDUCE_SUM);
+    norm_bwd(p, &m->dres, &m->dtmp, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b);
+
+    /* dres = d x_mid. Through the attention residual. */
+    be->dropout_bwd(be, &dtmp, &dres, hp, m->seed, site_stream(p->stream, site_attn_res(l)));
+    mc_tensor att = rows_of(&a->att, N), datt = rows_of(&m->datt, N);
+    mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w), gbp = mc_model_grad(m, lp->proj_b);
+    be->linear_bwd(be, &datt, &gwp, &gbp, &dtmp, &att, &wp);
+    mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
+    mc_tensor dqkv = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->qkv_local);
+    mc_attn_desc ad = attn_desc(p, l);
+    be->attention_bwd(be, &dqkv, &datt, &qkv, &att, &lse, &ad);
+    if (m->cfg.position_embedding_type == MC_POS_ROPE) {
+        mc_rope_desc rd = rope_desc(p);
+        be->rope(be, &dqkv, &rd, true);
+    }
+    mc_tensor y1 = rows_of(&a->y1, N);
+    mc_tensor wq = mc_model_param(m, lp->qkv_w), gwq = mc_model_grad(m, lp->qkv_w), gbq = mc_model_grad(m, lp->qkv_b);
+    be->linear_bwd(be, &dtmp, &gwq, &gbq, &dqkv, &y1, &wq);
+    mc_comm_all_reduce(&m->comm->tp, be, &dtmp, MC_REDUCE_SUM);
+    norm_bwd(p, &m->dres, &m->dtmp, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b);
+}
+
+static void embedding_fwd(pass_ctx *p) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_tensor out = rows_of(&m->emb_out, p->N);
+    mc_tensor we = mc_model_param(m, m->emb_w);
+    be->embedding_fwd(be, &out, &p->mb->tokens, &we, m->vocab_start, false);
+    mc_comm_all_reduce(&m->comm->tp, be, &out, MC_REDUCE_SUM);
+    if (m->pos_w >= 0) {
+        mc_tensor wp = mc_model_param(m, m->pos_w);
+        be->embedding_fwd(be, &out, &p->mb->pos, &wp, 0, true);
+    }
+    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+    if (hp > 0) be->dropout_fwd(be, &out, &out, hp, m->seed, site_stream(p->stream, SITE_EMB));
+}
+
+static void embedding_bwd(pass_ctx *p) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_tensor dres = rows_of(&m->dres, p->N);
+    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+    if (hp > 0) be->dropout_bwd(be, &dres, &dres, hp, m->seed, site_stream(p->stream, SITE_EMB));
+    mc_tensor gwe = mc_model_grad(m, m->emb_w);
+    be->embedding_bwd(be, &gwe, &dres, &p->mb->tokens, m->vocab_start);
+    if (m->pos_w >= 0) {
+        mc_tensor gwp = mc_model_grad(m, m->pos_w);
+        be->embedding_bwd(be, &gwp, &dres, &p->mb->pos, 0);
+    }
+}
+
+static void run_forward(pass_ctx *p) {
+    mc_model *m = p->m;
+    embedding_fwd(p);
+    for (int l = 0; l < m->cfg.num_layers; l++) {
+        mc_tensor *out = l + 1 < m->cfg.num_layers ? &m->acts[l + 1].x_in : &m->x_final;
+        layer_fwd(p, l, out);
+    }
+    norm_fwd(p, &m->yf, &m->meanf, &m->rstdf, &m->x_final, m->lnf_w, m->lnf_b);
+}
+
+/* Host copy of a statistics vector (F32 or F64) as double; f32_tmp holds n floats. */
+static void stats_to_host(mc_backend *be, const mc_tensor *t, int64_t n, double *out, float *f32_tmp) {
+    if (t->dtype == MC_F64) {
+        be->copy_d2h(be, out, t->data, (size_t)n * sizeof(double));
+        return;
+    }
+    be->copy_d2h(be, f32_tmp, t->data, (size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) out[i] = (double)f32_tmp[i];
+}
+
+/* The LM head and loss in chunks; with `backward`, also the head's backward into dtmp
+ * (the gradient of the final norm output). Returns the masked loss sum. */
+static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *loss_sum, double *num_tokens) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_tensor w = mc_model_param(m, m->out_w), gw = mc_model_grad(m, m->out_w), none = mc_tensor_none();
+    double *hl = m->host_loss, *hm = m->host_mask;
+    double lsum = 0, ntok = 0;
+    for (int64_t c0 = 0; c0 < p->N; c0 += m->head_chunk) {
+        int64_t nc = p->N - c0 < m->head_chunk ? p->N - c0 : m->head_chunk;
+        mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc), rowmax = rows_of(&m->rowmax, nc);
+        mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_of(&m->tok_loss, nc);
+        mc_tensor labels = rows_at(&p->mb->labels, c0, nc), mask = rows_at(&p->mb->loss_mask, c0, nc);
+        be->linear_fwd(be, &logits, &x, &w, &none);
+        be->xent_rowmax(be, &rowmax, &logits);
+        mc_comm_all_reduce(&m->comm->tp, be, &rowmax, MC_REDUCE_MAX);
+        be->xent_stats(be, &stats, &logits, &rowmax, &labels, m->vocab_start);
+        mc_comm_all_reduce(&m->comm->tp, be, &stats, MC_REDUCE_SUM);
+        mc_tensor dlogits = backward ? logits : none;
+        be->xent_loss_grad(be, &loss, &dlogits, &logits, &rowmax, &stats, &labels, &mask, m->vocab_start,
+                           (float)grad_scale);
+        stats_to_host(be, &loss, nc, hl, m->host_f32);
+        stats_to_host(be, &mask, nc, hm, m->host_f32);
+        for (int64_t i = 0; i < nc; i++) {
+            lsum += hl[i] * hm[i];
+            ntok += hm[i];
+        }
+        if (backward) {
+            mc_tensor dx = rows_at(&m->dtmp, c0, nc);
+            be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w);
+        }
+    }
+    *loss_sum = lsum;
+    *num_tokens = ntok;
+}
+
+static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint64_t stream) {
+    MC_ASSERT(mb->seq == m->seq && mb->batch >= 1 && mb->batch <= m->max_batch, "micro-batch [%lld, %lld] vs plan [%lld, %lld]",
+              (long long)mb->seq, (long long)mb->batch, (long long)m->seq, (long long)m->max_batch);
+    pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch,
+                  .train = train, .stream = stream, .mb = mb};
+    return p;
+}
+
+void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
+                               uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens) {
+    pass_ctx p = make_pass(m, mb, train, rng_stream);
+    run_forward(&p);
+    head_loss(&p, backward, grad_scale, loss_sum, num_tokens);
+    if (!backward) return;
+    mc_comm_all_reduce(&m->comm->tp, p.be, &m->dtmp, MC_REDUCE_SUM);
+    p.be->zero(p.be, m->dres.data, (size_t)(p.N * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
+    norm_bwd(&p, &m->dres, &m->dtmp, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b);
+    for (int l = m->cfg.num_layers - 1; l >= 0; l--) layer_bwd(&p, l);
+    embedding_bwd(&p);
+}
+
+void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {
+    pass_ctx p = make_pass(m, mb, false, 0);
+    run_forward(&p);
+}
+
+int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b) {
+    mc_backend *be = m->be;
+    int64_t row = t * mb->batch + b;
+    mc_tensor x = rows_at(&m->yf, row, 1), logits = rows_of(&m->logits, 1), w = mc_model_param(m, m->out_w);
+    mc_tensor none = mc_tensor_none();
+    be->linear_fwd(be, &logits, &x, &w, &none);
+    int64_t V = m->vocab_local;
+    size_t esz = mc_dtype_size(m->act_dtype);
+    char *host = m->host_logits;
+    be->copy_d2h(be, host, logits.data, (size_t)V * esz);
+    double best = -INFINITY;
+    int64_t best_id = -1;
+    for (int64_t j = 0; j < V; j++) {
+        int64_t id = m->vocab_start + j;
+        if (id >= m->cfg.vocab_size) break; /* padding rows are not tokens */
+        double v = m->act_dtype == MC_F64 ? ((double *)host)[j]
+                   : m->act_dtype == MC_F32 ? (double)((float *)host)[j]
+                                             : (double)mc_bf16_to_f32(((uint16_t *)host)[j]);
+        if (v > best) {
+            best = v;
+            best_id = id;
+        }
+    }
+    /* Across TP ranks: the largest logit wins, the lowest id on ties. */
+    double vmax = best;
+    mc_comm_all_reduce_host_f64(&m->comm->tp, &vmax, 1, MC_REDUCE_MAX);
+    double cand = (best == vmax && best_id >= 0) ? (double)best_id : INFINITY;
+    mc_comm_all_reduce_host_f64(&m->comm->tp, &cand, 1, MC_REDUCE_MIN);
+    return (int32_t)cand;
+}
+
+void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out) {
+    mc_backend *be = m->be;
+    mc_model_forward_only(m, mb);
+    int64_t N = mb->seq * mb->batch, V = m->vocab_local;
+    mc_tensor w = mc_model_param(m, m->out_w), none = mc_tensor_none();
+    size_t esz = mc_dtype_size(m->act_dtype);
+    char *host = mc_xmalloc((size_t)(m->head_chunk * V) * esz);
+    for (int64_t c0 = 0; c0 < N; c0 += m->head_chunk) {
+        int64_t nc = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
+        mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc);
+        be->linear_fwd(be, &logits, &x, &w, &none);
+        be->copy_d2h(be, host, logits.data, (size_t)(nc * V) * esz);
+        for (int64_t i = 0; i < nc * V; i++)
+            out[c0 * V + i] = m->act_dtype == MC_F64 ? (float)((double *)host)[i]
+                              : m->act_dtype == MC_F32 ? ((float *)host)[i]
+                                                        : mc_bf16_to_f32(((uint16_t *)host)[i]);
+    }
+    free(host);
+}

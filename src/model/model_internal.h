@@ -1,0 +1,13 @@
+/* model_internal.h: pieces shared by the model's source files. */
+#ifndef MC_MODEL_INTERNAL_H
+#define MC_MODEL_INTERNAL_H
+
+#include "model/model.h"
+
+/* Fills m->params/nparams/numel and the layer indices from m->cfg and the shard sizes. */
+void mc_model_build_table(mc_model *m);
+
+/* Statistics dtype for activations of dtype `act`: F64 with F64 activations, else F32. */
+static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
+
+#endif

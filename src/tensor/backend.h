@@ -1,0 +1,188 @@
+/* backend.h: the op API. Every backend (cpu/, cuda/) fills one mc_backend vtable; model
+ * and optimizer code call only these entries and never a BLAS or CUDA library directly.
+ * The CPU backend is the reference: tests compare every other backend against it.
+ *
+ * Conventions for every op:
+ * - Tensors are views in the backend's memory (host memory for cpu, device for cuda).
+ * - "N" is the number of tokens, N = S*B, in [s, b] order (sequence first, as Megatron).
+ * - Outputs are overwritten unless the entry says "+=" (accumulated): weight gradients
+ *   always accumulate (gradient accumulation over micro-batches), and so do the input
+ *   gradients of norms (they add into the residual-stream gradient).
+ * - Optional operands are passed as mc_tensor_none() (data == NULL).
+ * - Dtypes: the CPU backend computes in F32, and in F64 for gradient checks; the CUDA
+ *   backend in F32 and BF16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
+ *   tables and masks are F32, or F64 when the activations are F64. Weight gradients are
+ *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32.
+ *   Token ids and positions are I32.
+ * - Ops are asynchronous with respect to the host on devices; sync() waits. */
+#ifndef MC_TENSOR_BACKEND_H
+#define MC_TENSOR_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tensor/tensor.h"
+
+typedef enum { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device_kind;
+
+/* Causal self-attention over a packed QKV activation.
+ * qkv: [S, B, groups, heads/groups + 2, head_dim] (Megatron's per-group layout: a group's
+ *      query heads, then its key head, then its value head).
+ * out: [S, B, heads, head_dim].  lse: [B, heads, S] F32, the log-sum-exp of each softmax
+ *      row (saved for backward, flash-attention style; probabilities are never stored). */
+typedef struct mc_attn_desc {
+    int64_t seq;     /* S */
+    int64_t batch;   /* B */
+    int heads;       /* query heads on this rank */
+    int groups;      /* key/value heads on this rank; heads % groups == 0 */
+    int head_dim;    /* d */
+    float softmax_scale;
+    float dropout;   /* attention-dropout probability on the softmax output; 0 in eval */
+    uint64_t seed, stream; /* dropout draws: element (b, head, i, j) of stream `stream` */
+    /* Optional [B, S] I32: the first key position query (s, b) may attend to (document
+     * start, for --reset-attention-mask). Absent: 0 for all, i.e. plain causal. */
+    mc_tensor seg_start;
+} mc_attn_desc;
+
+/* Rotary embedding on the q and k heads of a packed QKV activation, in place
+ * (HF Llama's rotate-half layout on the first rot_dim dims of each head). */
+typedef struct mc_rope_desc {
+    int64_t seq, batch;
+    int heads, groups, head_dim;
+    int rot_dim;     /* rotated dims per head (head_dim * --rotary-percent), even */
+    mc_tensor cos, sin; /* [max_positions, rot_dim/2] F32 tables */
+    mc_tensor pos;   /* optional [S*B] I32 position of each token; absent: s */
+} mc_rope_desc;
+
+/* One parameter segment for AdamW: a range of the flat buffers with its weight decay. */
+typedef struct mc_adamw_segment {
+    int64_t offset, count;
+    float weight_decay;
+} mc_adamw_segment;
+
+/* AdamW as Megatron's `adam` (torch.optim.AdamW semantics, decoupled weight decay):
+ *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps) + lr * wd * p
+ * (weight decay applied first, on the old p, as torch does). All buffers F32 except the
+ * optional `param_copy` (the model's low-precision parameters, written after the step). */
+typedef struct mc_adamw_desc {
+    float *param, *grad, *exp_avg, *exp_avg_sq; /* flat F32 buffers, backend memory */
+    mc_tensor param_copy;                     /* optional flat copy (e.g. BF16) to refresh */
+    const mc_adamw_segment *segments;         /* host array */
+    int nsegments;
+    float lr, beta1, beta2, eps, grad_scale;
+    int64_t step;                             /* 1-based, for bias correction */
+} mc_adamw_desc;
+
+typedef struct mc_backend mc_backend;
+struct mc_backend {
+    const char *name;
+    mc_device_kind device;
+    void *impl; /* backend-private state (streams, handles, workspaces) */
+
+    /* ---- memory ---- */
+    void *(*alloc)(mc_backend *, size_t bytes); /* aborts with a message when out of memory */
+    void (*free)(mc_backend *, void *);
+    void (*copy_h2d)(mc_backend *, void *dst, const void *src, size_t bytes);
+    void (*copy_d2h)(mc_backend *, void *dst, const void *src, size_t bytes);
+    void (*copy_d2d)(mc_backend *, void *dst, const void *src, size_t bytes);
+    void (*zero)(mc_backend *, void *dst, size_t bytes);
+    void (*sync)(mc_backend *);
+    /* dst = src converted elementwise (F32 <-> BF16/F16, same numel). */
+    void (*convert)(mc_backend *, mc_tensor *dst, const mc_tensor *src);
+
+    /* ---- GEMM ----
+     * C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major. */
+    void (*gemm)(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b,
+                 bool trans_b, float alpha, float beta);
+    /* y[N,out] = x[N,in] w[out,in]^T (+ b[out]). */
+    void (*linear_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
+    /* dx[N,in] = dy w (overwritten; optional); dw += dy^T x; db += sum_rows(dy) (optional). */
+    void (*linear_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                       const mc_tensor *x, const mc_tensor *w);
+
+    /* ---- embedding (vocab-parallel aware: ids outside [vocab_start, vocab_start+rows) give 0) ----
+     * y[N,h] (=, or += when accumulate) table[ids - vocab_start]. */
+    void (*embedding_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *ids, const mc_tensor *table,
+                          int64_t vocab_start, bool accumulate);
+    /* dtable[ids - vocab_start] += dy, deterministic (no float atomics' order dependence). */
+    void (*embedding_bwd)(mc_backend *, mc_tensor *dtable, const mc_tensor *dy, const mc_tensor *ids,
+                          int64_t vocab_start);
+
+    /* ---- norms (over the last dim); mean/rstd [N] F32 saved for backward ---- */
+    void (*layernorm_fwd)(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
+                          const mc_tensor *w, const mc_tensor *b, float eps);
+    /* dx += ..., dw += ..., db += ... (db optional). */
+    void (*layernorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                          const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd);
+    void (*rmsnorm_fwd)(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
+                        float eps);
+    void (*rmsnorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
+                        const mc_tensor *w, const mc_tensor *rstd);
+
+    /* ---- rotary embedding, in place on qkv (inverse = true applies the transpose, for
+     * backward on dqkv) ---- */
+    void (*rope)(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
+
+    /* ---- activations ---- */
+    void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);                      /* tanh approx */
+    void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x); /* dx may alias dy */
+    /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. */
+    void (*swiglu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);
+    void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
+
+    /* ---- attention (causal, GQA, flash-style: O(S) memory per row) ---- */
+    void (*attention_fwd)(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                          const mc_attn_desc *d);
+    /* dqkv overwritten (all of q, k and v parts). */
+    void (*attention_bwd)(mc_backend *, mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
+                          const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
+
+    /* ---- dropout and residual (masks regenerated from Philox, never stored) ----
+     * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p. y may alias x. */
+    void (*dropout_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);
+    void (*dropout_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, float p, uint64_t seed, uint64_t stream);
+    /* y = residual + dropout(x); y may alias residual. */
+    void (*dropout_add_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x, float p,
+                            uint64_t seed, uint64_t stream);
+    /* y += x. */
+    void (*add_inplace)(mc_backend *, mc_tensor *y, const mc_tensor *x);
+    /* x *= s. */
+    void (*scale_inplace)(mc_backend *, mc_tensor *x, float s);
+
+    /* ---- softmax cross-entropy, vocab-parallel in three passes so the model can reduce
+     * over the tensor-parallel group between them (Megatron's 3 all-reduces). logits are
+     * [N, V_local]; this rank holds vocab ids [vocab_start, vocab_start + V_local). ---- */
+    /* rowmax[N] = max_j logits[i, j]. */
+    void (*xent_rowmax)(mc_backend *, mc_tensor *rowmax, const mc_tensor *logits);
+    /* stats[2, N]: row 0 = sum_j exp(logits - rowmax), row 1 = the target's logit on this
+     * rank (0 when the target id is not on this rank). */
+    void (*xent_stats)(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
+                       const mc_tensor *targets, int64_t vocab_start);
+    /* loss[i] = log(stats[0,i]) + rowmax[i] - stats[1,i]; if dlogits is present, it gets
+     * (softmax - onehot(target)) * grad_scale * mask[i] (mask optional, F32 [N]).
+     * dlogits may alias logits. */
+    void (*xent_loss_grad)(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                           const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
+                           const mc_tensor *mask, int64_t vocab_start, float grad_scale);
+
+    /* ---- optimizer ---- */
+    void (*adamw)(mc_backend *, const mc_adamw_desc *d);
+    /* Sum of squares of a F32 buffer, accumulated in double, returned to the host. */
+    double (*sumsq)(mc_backend *, const mc_tensor *x);
+    /* Number of exact zeros in a F32 buffer (--log-num-zeros-in-grad). */
+    int64_t (*count_zeros)(mc_backend *, const mc_tensor *x);
+
+    /* Backend teardown. */
+    void (*destroy)(mc_backend *);
+};
+
+/* The CPU reference backend (OpenMP + OpenBLAS). */
+mc_backend *mc_backend_cpu_create(void);
+/* The CUDA backend for `device` (NULL with a message in err when unavailable). */
+struct mc_err;
+mc_backend *mc_backend_cuda_create(int device, struct mc_err *err);
+/* Whether this build has CUDA and a GPU is visible. */
+bool mc_backend_cuda_available(void);
+
+#endif

@@ -1,0 +1,126 @@
+/* train_loop.c: the whole job as `megatron-c train` runs it (Megatron's pretrain()):
+ * iterations with the log line every --log-interval, validation every --eval-interval,
+ * and the final validation and test evaluations. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "train/trainer_internal.h"
+
+static void print_setup(const mc_trainer *t) {
+    const mc_config *c = &t->cfg;
+    const mc_model *m = &t->model;
+    mc_log_info("> backend: %s | world size: %d | TP: %d | PP: %d | CP: %d | DP: %d", t->be->name,
+                t->comm.world_size, t->comm.sizes.tp, t->comm.sizes.pp, t->comm.sizes.cp, t->dp);
+    mc_log_info("> model: %d layers, hidden %d, %d heads (%d query groups, head dim %d), ffn %d%s, vocab %d "
+                "(padded %d), seq %d, %s, %s%s%s",
+                c->model.num_layers, c->model.hidden_size, c->model.num_attention_heads, c->model.num_query_groups,
+                c->model.kv_channels, c->model.ffn_hidden_size, c->model.swiglu ? " (SwiGLU)" : " (GELU)",
+                c->model.vocab_size, m->padded_vocab, c->model.seq_length,
+                c->model.normalization == MC_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+                c->model.position_embedding_type == MC_POS_ROPE ? "RoPE" : "learned positions",
+                c->model.add_bias_linear ? ", biases" : "",
+                c->model.untie_embeddings_and_output_weights ? ", untied head" : "");
+    mc_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld", t->comm.tp_rank,
+                t->comm.pp_rank, (long long)m->numel_unpadded);
+    mc_log_info("> global batch size %d = micro batch %d x data parallel %d x %d micro-batches; %lld iterations",
+                c->train.global_batch_size, c->train.micro_batch_size, t->dp, t->num_microbatches,
+                (long long)t->train_iters);
+    mc_log_info("> MFU peak: %.3f TFLOP/s per device (%s)", t->peak_tflops,
+                c->log.peak_tflops > 0 ? "--peak-tflops"
+                : t->be->device == MC_DEVICE_CUDA ? "dense bf16 peak"
+                                                  : "measured sgemm");
+}
+
+static void print_memory(const mc_trainer *t, int64_t iteration) {
+    const mc_model *m = &t->model;
+    double mb = 1.0 / (1024.0 * 1024.0);
+    double params = (double)m->numel * mc_dtype_size(m->param_dtype);
+    double grads = (double)m->numel * mc_dtype_size(m->grad_dtype);
+    double optim = (double)m->numel * 4.0 * (t->opt.owns_master ? 3 : 2);
+    double total = params + grads + optim + (double)m->act_bytes + (double)t->batch_arena.capacity;
+    mc_log_info("[Rank %d] (after %lld iterations) memory (MB) | allocated: %.1f | max allocated: %.1f | reserved: "
+                "%.1f | max reserved: %.1f",
+                t->comm.rank, (long long)iteration, total * mb, total * mb, total * mb, total * mb);
+}
+
+static int evaluate_and_print(mc_trainer *t, int split, const char *prefix, mc_err *err) {
+    double loss;
+    MC_TRY(mc_trainer_evaluate(t, split, t->cfg.train.eval_iters, &loss, err));
+    mc_log_print_validation(prefix, loss);
+    mc_metrics_write_validation(&t->metrics, t->iteration, split == MC_SPLIT_VALID ? "valid" : "test", loss);
+    return MC_OK;
+}
+
+int mc_trainer_run(mc_trainer *t, mc_err *err) {
+    const mc_config *c = &t->cfg;
+    if (!c->log.quiet) print_setup(t);
+    bool do_valid = c->train.eval_iters > 0 && mc_data_split_len(t->data, MC_SPLIT_VALID) > 0;
+    bool do_test = c->train.eval_iters > 0 && mc_data_split_len(t->data, MC_SPLIT_TEST) > 0;
+    double acc_loss = 0, acc_ms = 0, acc_tflops = 0, acc_tok = 0;
+    int64_t acc_n = 0;
+    bool memory_reported = false;
+    while (t->iteration < t->train_iters) {
+        mc_step_stats st;
+        MC_TRY(mc_trainer_step(t, &st, err));
+        acc_loss += st.lm_loss;
+        acc_ms += st.elapsed_ms;
+        acc_n++;
+        int64_t it = t->iteration;
+        if (it % c->train.log_interval == 0 || it == 1) {
+            double ms = acc_ms / (double)acc_n;
+            double dt = ms / 1e3;
+            int world = t->comm.world_size;
+            acc_tflops = t->flops_per_iteration / (dt * 1e12 * world);
+            acc_tok = (double)c->train.global_batch_size * c->model.seq_length / dt / world;
+            mc_iter_log l = {
+                .iteration = it,
+                .train_iters = t->train_iters,
+                .consumed_samples = t->consumed_train_samples,
+                .elapsed_ms = ms,
+                .tflops_per_gpu = acc_tflops,
+                .learning_rate = st.learning_rate,
+                .global_batch_size = c->train.global_batch_size,
+                .lm_loss = acc_loss / (double)acc_n,
+                .loss_scale = 1.0,
+                .grad_norm = st.grad_norm,
+                .have_num_zeros = c->log.log_num_zeros_in_grad,
+                .num_zeros = st.num_zeros,
+                .have_params_norm = c->log.log_params_norm,
+                .params_norm = c->log.log_params_norm ? mc_optimizer_params_norm(&t->opt) : 0.0,
+                .tokens_per_sec_per_gpu = acc_tok,
+                .mfu = acc_tflops / t->peak_tflops,
+            };
+            char line[1024];
+            mc_log_format_iteration(line, sizeof line, &l);
+            if (!c->log.quiet) mc_log_last("%s", line);
+            mc_metrics_write_iteration(&t->metrics, &l);
+            if (!memory_reported && !c->log.quiet) {
+                print_memory(t, it);
+                memory_reported = true;
+            }
+            acc_loss = acc_ms = 0;
+            acc_n = 0;
+        }
+        if (c->train.eval_interval > 0 && it % c->train.eval_interval == 0 && do_valid) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it);
+            MC_TRY(evaluate_and_print(t, MC_SPLIT_VALID, prefix, err));
+        }
+        if (c->train.exit_interval > 0 && it % c->train.exit_interval == 0) {
+            mc_log_info("exiting program at iteration %lld (--exit-interval)", (long long)it);
+            return MC_OK;
+        }
+    }
+    char prefix[96];
+    if (do_valid) {
+        snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);
+        MC_TRY(evaluate_and_print(t, MC_SPLIT_VALID, prefix, err));
+    }
+    if (do_test) {
+        snprintf(prefix, sizeof prefix, "iteration %lld on test set", (long long)t->iteration);
+        MC_TRY(evaluate_and_print(t, MC_SPLIT_TEST, prefix, err));
+    }
+    return MC_OK;
+}

@@ -1,0 +1,276 @@
+/* trainer.c: building a training job (backend, groups, model, optimizer, data) and one
+ * iteration: micro-batches of forward/backward with gradient accumulation, the DP
+ * reduction, clipping and the AdamW step, as Megatron's train_step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/timer.h"
+#include "train/flops.h"
+#include "train/trainer_internal.h"
+
+static char *dup_or_null(const char *s) { return s ? mc_xstrdup(s) : NULL; }
+
+static void copy_config(mc_config *dst, const mc_config *src) {
+    *dst = *src;
+    dst->data.data_path = dup_or_null(src->data.data_path);
+    dst->data.split = dup_or_null(src->data.split);
+    dst->data.data_cache_path = dup_or_null(src->data.data_cache_path);
+    dst->data.vocab_file = dup_or_null(src->data.vocab_file);
+    dst->data.merge_file = dup_or_null(src->data.merge_file);
+    dst->data.tokenizer_model = dup_or_null(src->data.tokenizer_model);
+    dst->data.text_data_path = dup_or_null(src->data.text_data_path);
+    dst->log.log_dir = dup_or_null(src->log.log_dir);
+    dst->log.sample_prompt = dup_or_null(src->log.sample_prompt);
+}
+
+static int pick_backend(mc_trainer *t, mc_err *err) {
+    mc_device_choice dev = t->cfg.train.device;
+    if (dev == MC_DEVICE_CUDA_ONLY || (dev == MC_DEVICE_AUTO && mc_backend_cuda_available())) {
+        t->be = mc_backend_cuda_create(t->comm.local_rank, err);
+        if (!t->be) return MC_ERR;
+        return MC_OK;
+    }
+    t->be = mc_backend_cpu_create();
+    if (t->cfg.precision.bf16)
+        mc_log_info("note: --bf16: the CPU backend trains in fp32 (bf16 applies on the CUDA backend)");
+    return MC_OK;
+}
+
+static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
+    int64_t S = t->cfg.model.seq_length, B = t->cfg.train.micro_batch_size, N = S * B;
+    mc_dtype mdt = t->model.act_dtype == MC_F64 ? MC_F64 : MC_F32;
+    mc_microbatch *mb = &t->mb;
+    mb->seq = S;
+    mb->batch = B;
+    mb->tokens = mc_tensor_1d(mc_arena_alloc(a, (size_t)N * 4), MC_I32, N);
+    mb->labels = mc_tensor_1d(mc_arena_alloc(a, (size_t)N * 4), MC_I32, N);
+    mb->pos = mc_tensor_1d(mc_arena_alloc(a, (size_t)N * 4), MC_I32, N);
+    mb->loss_mask = mc_tensor_1d(mc_arena_alloc(a, (size_t)N * mc_dtype_size(mdt)), mdt, N);
+    mc_tensor seg = mc_tensor_2d(mc_arena_alloc(a, (size_t)N * 4), MC_I32, B, S);
+    mb->seg_start = t->cfg.data.reset_attention_mask ? seg : mc_tensor_none();
+}
+
+mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
+    mc_trainer *t = mc_xcalloc(1, sizeof *t);
+    copy_config(&t->cfg, cfg_in);
+    mc_config *cfg = &t->cfg;
+    if (mc_config_validate(cfg, 1, err) != MC_OK) goto fail;
+    const mc_parallel_config *p = &cfg->parallel;
+    if (mc_comm_init(&t->comm, 1, 0, 0, p->tensor_model_parallel_size, p->pipeline_model_parallel_size,
+                     p->context_parallel_size, p->expert_model_parallel_size, err) != MC_OK)
+        goto fail;
+    mc_log_set_rank(t->comm.rank, t->comm.world_size);
+    t->dp = t->comm.sizes.dp;
+    t->num_microbatches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * t->dp);
+    t->train_iters = cfg->train.train_iters > 0 ? cfg->train.train_iters
+                                                : cfg->train.train_samples / cfg->train.global_batch_size;
+    if (pick_backend(t, err) != MC_OK) goto fail;
+
+    int64_t want[MC_NUM_SPLITS];
+    mc_split_requested_samples(cfg, want);
+    if (mc_data_open(&t->data, cfg, want[0], want[1], want[2], err) != MC_OK) goto fail;
+
+    mc_dtype pdt = MC_F32, adt = MC_F32;
+    if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
+    if (mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, err) != MC_OK)
+        goto fail;
+    mc_model_init_params(&t->model, cfg->train.seed);
+    if (mc_optimizer_create(&t->opt, &t->model, cfg, err) != MC_OK) goto fail;
+    mc_lr_schedule_init(&t->sched, cfg);
+
+    mc_batch_init(&t->host_batch, cfg->train.micro_batch_size, cfg->model.seq_length);
+    size_t N = (size_t)cfg->train.micro_batch_size * (size_t)cfg->model.seq_length;
+    t->stage_tokens = mc_xmalloc(N * 4);
+    t->stage_labels = mc_xmalloc(N * 4);
+    t->stage_pos = mc_xmalloc(N * 4);
+    t->stage_mask = mc_xmalloc(N * 8);
+    mc_arena measure;
+    mc_arena_init_measure(&measure, "micro-batch (plan)");
+    plan_batch_buffers(t, &measure);
+    mc_arena_init(&t->batch_arena, "micro-batch", t->be, measure.peak);
+    plan_batch_buffers(t, &t->batch_arena);
+
+    t->flops_per_iteration = mc_flops_per_iteration(cfg, t->model.padded_vocab, cfg->train.global_batch_size);
+    if (cfg->log.peak_tflops > 0)
+        t->peak_tflops = cfg->log.peak_tflops;
+    else if (t->be->device == MC_DEVICE_CUDA)
+        t->peak_tflops = 989.0; /* H100/H200 dense bf16, Megatron's MFU denominator */
+    else
+        t->peak_tflops = mc_measure_gemm_tflops(t->be);
+    if (cfg->log.log_dir && mc_metrics_open(&t->metrics, cfg->log.log_dir, err) != MC_OK) goto fail;
+    return t;
+fail:
+    mc_trainer_free(t);
+    return NULL;
+}
+
+void mc_trainer_free(mc_trainer *t) {
+    if (!t) return;
+    mc_metrics_close(&t->metrics);
+    if (t->be) {
+        mc_arena_free(&t->batch_arena);
+        mc_optimizer_free(&t->opt);
+        mc_model_free(&t->model);
+    }
+    mc_batch_free(&t->host_batch);
+    free(t->stage_tokens);
+    free(t->stage_labels);
+    free(t->stage_pos);
+    free(t->stage_mask);
+    if (t->data) mc_data_close(t->data);
+    if (t->be) t->be->destroy(t->be);
+    mc_comm_free(&t->comm);
+    mc_config_free(&t->cfg);
+    free(t);
+}
+
+int64_t mc_trainer_num_params(const mc_trainer *t) { return mc_model_num_params_global(&t->model); }
+
+double mc_trainer_load_microbatch(mc_trainer *t, int split, int64_t first_index, int n) {
+    mc_batch *hb = &t->host_batch;
+    mc_data_get_batch(t->data, split, first_index, n, hb);
+    int64_t S = t->cfg.model.seq_length, B = n;
+    bool f64 = t->mb.loss_mask.dtype == MC_F64;
+    double ntok = 0;
+    /* The dataset yields [b, s]; activations are [s, b]. */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++) {
+            int64_t src = b * S + s, dst = s * B + b;
+            t->stage_tokens[dst] = hb->tokens[src];
+            t->stage_labels[dst] = hb->labels[src];
+            t->stage_pos[dst] = hb->position_ids[src];
+            if (f64)
+                ((double *)t->stage_mask)[dst] = hb->loss_mask[src];
+            else
+                ((float *)t->stage_mask)[dst] = hb->loss_mask[src];
+            ntok += hb->loss_mask[src];
+        }
+    mc_backend *be = t->be;
+    mc_microbatch *mb = &t->mb;
+    mb->batch = B;
+    size_t N = (size_t)(S * B);
+    mb->tokens.shape[0] = mb->labels.shape[0] = mb->pos.shape[0] = mb->loss_mask.shape[0] = (int64_t)N;
+    be->copy_h2d(be, mb->tokens.data, t->stage_tokens, N * 4);
+    be->copy_h2d(be, mb->labels.data, t->stage_labels, N * 4);
+    be->copy_h2d(be, mb->pos.data, t->stage_pos, N * 4);
+    be->copy_h2d(be, mb->loss_mask.data, t->stage_mask, N * mc_dtype_size(mb->loss_mask.dtype));
+    if (mc_tensor_present(&mb->seg_start)) {
+        mb->seg_start.shape[0] = B;
+        be->copy_h2d(be, mb->seg_start.data, hb->seg_start, N * 4); /* already [B, S] */
+    }
+    return ntok;
+}
+
+int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
+    const mc_config *cfg = &t->cfg;
+    int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
+    mc_backend *be = t->be;
+    double t0 = mc_time_now();
+    double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
+    for (int micro = 0; micro < M; micro++) {
+        int64_t first = mc_data_sample_index(t->consumed_train_samples, micro, mbs, t->dp, t->comm.dp_rank);
+        double ntok = mc_trainer_load_microbatch(t, MC_SPLIT_TRAIN, first, mbs);
+        /* Megatron: each micro-batch's loss is its token mean divided by the number of
+         * micro-batches; DDP then averages over data-parallel ranks. */
+        double grad_scale = ntok > 0 ? 1.0 / (ntok * M * t->dp) : 0.0;
+        uint64_t stream = 1 + (uint64_t)(t->iteration * M + micro) * (uint64_t)t->dp + (uint64_t)t->comm.dp_rank;
+        double loss_sum, num_tokens;
+        mc_model_forward_backward(&t->model, &t->mb, true, grad_scale, stream, true, &loss_sum, &num_tokens);
+        pair[0] += loss_sum;
+        pair[1] += num_tokens;
+    }
+    mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
+    mc_tensor grads = mc_tensor_1d(t->model.grad_buf, t->model.grad_dtype, t->model.numel);
+    mc_comm_all_reduce(&t->comm.dp_cp, be, &grads, MC_REDUCE_SUM);
+
+    double loss = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
+    double gnorm = mc_optimizer_grad_norm(&t->opt);
+    if (!isfinite(loss) || !isfinite(gnorm))
+        return mc_err_set(err, "iteration %lld: %s is %s (learning rate too high, or bad data); stopping",
+                          (long long)(t->iteration + 1), isfinite(loss) ? "the gradient norm" : "the lm loss",
+                          isnan(isfinite(loss) ? gnorm : loss) ? "NaN" : "Inf");
+    int64_t zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
+    double lr = mc_lr_at(&t->sched, (double)t->consumed_train_samples);
+    double wd = mc_wd_at(&t->sched, (double)t->consumed_train_samples);
+    mc_optimizer_step(&t->opt, lr, wd, gnorm);
+    be->sync(be);
+    t->consumed_train_samples += cfg->train.global_batch_size;
+    t->iteration++;
+    double dt = mc_time_now() - t0;
+
+    if (st) {
+        memset(st, 0, sizeof *st);
+        st->iteration = t->iteration;
+        st->consumed_samples = t->consumed_train_samples;
+        st->lm_loss = loss;
+        st->grad_norm = gnorm;
+        /* Megatron prints the scheduler's value after its step: the next update's rate. */
+        st->learning_rate = mc_lr_at(&t->sched, (double)t->consumed_train_samples);
+        st->elapsed_ms = dt * 1e3;
+        int world = t->comm.world_size;
+        st->tflops_per_gpu = t->flops_per_iteration / (dt * 1e12 * world);
+        st->tokens_per_sec_per_gpu = (double)cfg->train.global_batch_size * cfg->model.seq_length / dt / world;
+        st->num_zeros = zeros;
+    }
+    return MC_OK;
+}
+
+int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_out, mc_err *err) {
+    const mc_config *cfg = &t->cfg;
+    int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
+    int64_t gbs = cfg->train.global_batch_size;
+    int64_t start = split == MC_SPLIT_VALID ? t->consumed_valid_samples : 0;
+    int64_t have = mc_data_split_len(t->data, split);
+    if (start + iters * gbs > have)
+        return mc_err_set(err, "the %s split has %lld samples; %lld iterations of %lld need %lld",
+                          split == MC_SPLIT_VALID ? "validation" : "test", (long long)have, (long long)iters,
+                          (long long)gbs, (long long)(start + iters * gbs));
+    double pair[2] = {0, 0};
+    for (int64_t it = 0; it < iters; it++) {
+        for (int micro = 0; micro < M; micro++) {
+            int64_t first = mc_data_sample_index(start + it * gbs, micro, mbs, t->dp, t->comm.dp_rank);
+            mc_trainer_load_microbatch(t, split, first, mbs);
+            double loss_sum, num_tokens;
+            mc_model_forward_backward(&t->model, &t->mb, false, 0.0, 0, false, &loss_sum, &num_tokens);
+            pair[0] += loss_sum;
+            pair[1] += num_tokens;
+        }
+    }
+    mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
+    if (split == MC_SPLIT_VALID) t->consumed_valid_samples += iters * gbs;
+    *loss_out = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
+    return MC_OK;
+}
+
+int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
+    int64_t S = t->cfg.model.seq_length;
+    if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
+    int32_t *ctx = mc_xcalloc((size_t)S, sizeof(int32_t));
+    int32_t *pos = mc_xmalloc((size_t)S * sizeof(int32_t));
+    for (int64_t s = 0; s < S; s++) pos[s] = (int32_t)s;
+    /* Keep the last S tokens of the prompt. */
+    int len = prompt_len < S ? prompt_len : (int)S;
+    memcpy(ctx, prompt + (prompt_len - len), (size_t)len * sizeof(int32_t));
+    mc_backend *be = t->be;
+    mc_microbatch mb = t->mb;
+    mb.batch = 1;
+    mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = S;
+    mb.seg_start = mc_tensor_none();
+    be->copy_h2d(be, mb.pos.data, pos, (size_t)S * 4);
+    for (int i = 0; i < n; i++) {
+        if (len == S) { /* a full window: slide by one */
+            memmove(ctx, ctx + 1, (size_t)(S - 1) * sizeof(int32_t));
+            len--;
+        }
+        be->copy_h2d(be, mb.tokens.data, ctx, (size_t)S * 4);
+        mc_model_forward_only(&t->model, &mb);
+        int32_t next = mc_model_argmax_at(&t->model, &mb, len - 1, 0);
+        out[i] = next;
+        ctx[len++] = next;
+    }
+    free(ctx);
+    free(pos);
+    return MC_OK;
+}

@@ -1,0 +1,41 @@
+/* trainer_internal.h: the trainer behind mc_trainer (megatron.h). */
+#ifndef MC_TRAIN_TRAINER_INTERNAL_H
+#define MC_TRAIN_TRAINER_INTERNAL_H
+
+#include "comm/comm.h"
+#include "data/data.h"
+#include "megatron.h"
+#include "model/model.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "train/train_log.h"
+
+struct mc_trainer {
+    mc_config cfg;             /* validated copy; strings owned */
+    mc_comm comm;
+    mc_backend *be;
+    mc_model model;
+    mc_optimizer opt;
+    mc_lr_schedule sched;
+    mc_data *data;
+    int dp, num_microbatches;
+    int64_t train_iters;
+    int64_t iteration, consumed_train_samples, consumed_valid_samples;
+    double peak_tflops;        /* per device, for MFU */
+    double flops_per_iteration;
+
+    /* One micro-batch: host batch from the data pipeline ([b, s]) and its [s, b] upload. */
+    mc_batch host_batch;
+    int32_t *stage_tokens, *stage_labels, *stage_pos;
+    void *stage_mask;          /* act dtype */
+    mc_arena batch_arena;      /* backend memory for mc_microbatch */
+    mc_microbatch mb;
+
+    mc_metrics_file metrics;
+};
+
+/* Loads micro-batch `first_index .. +n` of `split` into t->mb (host -> backend); returns
+ * the number of loss-masked tokens. */
+double mc_trainer_load_microbatch(mc_trainer *t, int split, int64_t first_index, int n);
+
+#endif

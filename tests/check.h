@@ -1,0 +1,80 @@
+/* check.h: the in-tree test helper. A test file defines test functions, lists them in
+ * main() with RUN(fn), and ends with `return check_summary();`, which prints
+ * "N passed, N failed" and returns non-zero on any failure. A whole test binary that
+ * cannot run here (no GPU) calls check_skip("why"), which exits with 77 (ctest: skipped). */
+#ifndef MC_TESTS_CHECK_H
+#define MC_TESTS_CHECK_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures_ = 0, check_tests_passed_ = 0, check_tests_failed_ = 0;
+static const char *check_current_ = "";
+
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            check_failures_++;                                                                \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %s: ", __FILE__, __LINE__, check_current_, #cond); \
+            fprintf(stderr, "" __VA_ARGS__);                                                  \
+            fputc('\n', stderr);                                                              \
+        }                                                                                     \
+    } while (0)
+
+/* |a - b| <= tol * max(|a|, |b|, floor) */
+#define CHECK_REL(a, b, tol, ...)                                                             \
+    do {                                                                                      \
+        double a_ = (double)(a), b_ = (double)(b);                                            \
+        double s_ = fmax(fmax(fabs(a_), fabs(b_)), 1e-30);                                    \
+        CHECK(fabs(a_ - b_) <= (tol) * s_ && !isnan(a_) && !isnan(b_), "%.10g vs %.10g (rel %.3g > %.3g) " __VA_ARGS__, \
+              a_, b_, fabs(a_ - b_) / s_, (double)(tol));                                     \
+    } while (0)
+
+/* Relative L2 error ||x - y|| / ||y|| of two float arrays. */
+static inline double check_rel_l2(const float *x, const float *y, long n) {
+    double num = 0, den = 0;
+    for (long i = 0; i < n; i++) {
+        double d = (double)x[i] - (double)y[i];
+        num += d * d;
+        den += (double)y[i] * (double)y[i];
+    }
+    if (den == 0) return sqrt(num);
+    return sqrt(num / den);
+}
+
+#define RUN(fn)                                                        \
+    do {                                                               \
+        int before_ = check_failures_;                                 \
+        check_current_ = #fn;                                          \
+        fn();                                                          \
+        if (check_failures_ == before_) {                              \
+            check_tests_passed_++;                                     \
+            printf("ok   %s\n", #fn);                                  \
+        } else {                                                       \
+            check_tests_failed_++;                                     \
+            printf("FAIL %s\n", #fn);                                  \
+        }                                                              \
+        fflush(stdout);                                                \
+    } while (0)
+
+static inline int check_summary(void) {
+    printf("%d passed, %d failed\n", check_tests_passed_, check_tests_failed_);
+    return check_tests_failed_ ? 1 : 0;
+}
+
+static inline void check_skip(const char *why) {
+    printf("SKIP: %s\n", why);
+    exit(77);
+}
+
+/* Path of a file under ../shared/data (the shared test data beside the checkout);
+ * MC_SHARED_DIR overrides. */
+static inline const char *check_shared_path(const char *rel, char *buf, size_t size) {
+    const char *root = getenv("MC_SHARED_DIR");
+    snprintf(buf, size, "%s/%s", root ? root : "../shared", rel);
+    return buf;
+}
+
+#endif
