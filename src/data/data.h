@@ -1,0 +1,69 @@
+/* data.h: the data pipeline as the trainer sees it.
+ *
+ * mc_data_open builds, once, everything Megatron builds before training: the low-level
+ * dataset (mock data, an in-memory corpus, or a byte-tokenized text file), the
+ * train/valid/test split, and one GPTDataset per split with Megatron's sample order for
+ * --seed. mc_data_get_batch then only copies tokens and derives the masks: it does not
+ * allocate, and one mc_data may serve several threads reading different batches.
+ *
+ * The sampler is Megatron's MegatronPretrainingSampler (--dataloader-type single): in an
+ * iteration that starts at `consumed` samples, micro-batch m of data-parallel rank r holds
+ * the dataset indices first + [0, mbs) with first = mc_data_sample_index(...). Validation
+ * continues from the validation samples consumed so far; test starts at 0.
+ *
+ *     int64_t want[3];
+ *     mc_split_requested_samples(cfg, want);
+ *     mc_data *d;
+ *     if (mc_data_open(&d, cfg, want[0], want[1], want[2], &err)) die(err.msg);
+ *     mc_batch b;
+ *     mc_batch_init(&b, mbs, cfg->model.seq_length);
+ *     mc_data_get_batch(d, MC_SPLIT_TRAIN, mc_data_sample_index(consumed, m, mbs, dp, r), mbs, &b);
+ */
+#ifndef MC_DATA_DATA_H
+#define MC_DATA_DATA_H
+
+#include <stdint.h>
+
+#include "base/error.h"
+#include "data/batch.h"
+#include "data/gpt_dataset.h"
+#include "data/split.h"
+#include "megatron.h"
+
+typedef struct mc_data mc_data;
+
+/* Sources, one of (checked in this order; more than one set is an error):
+ *   cfg->data.mock_data          Megatron's mock data; NullTokenizer with --vocab-size V:
+ *                                vocab V, eod V-1; split forced to "1,1,1";
+ *   cfg->data.corpus_*           in-memory documents (borrowed: they must outlive the
+ *                                mc_data); vocab --vocab-size, eod V-1 (NullTokenizer),
+ *                                or 257/256 with tokenizer_type MC_TOKENIZER_BYTE;
+ *   cfg->data.text_data_path     a text file, documents at blank lines, byte tokenizer
+ *                                (vocab 257, eod 256);
+ * split by cfg->data.split (default "969,30,1"). A num_samples <= 0 builds one epoch.
+ * cfg->data.data_path (.bin/.idx) is not supported yet and is reported as such. */
+int mc_data_open(mc_data **out, const mc_config *cfg, int64_t train_samples, int64_t valid_samples,
+                 int64_t test_samples, mc_err *err);
+void mc_data_close(mc_data *d);
+
+/* Fills out with samples first_index .. first_index+mbs-1 of `split` (MC_SPLIT_TRAIN,
+ * _VALID, _TEST). out must come from mc_batch_init with capacity >= mbs and this
+ * dataset's seq length. Indices beyond the split are a caller bug (abort). */
+void mc_data_get_batch(mc_data *d, int split, int64_t first_index, int mbs, mc_batch *out);
+
+int64_t mc_data_split_len(const mc_data *d, int split);
+int32_t mc_data_eod(const mc_data *d);
+int mc_data_vocab_size(const mc_data *d);
+int mc_data_seq_length(const mc_data *d);
+/* The GPT dataset behind a split (its three indices), for tests and diagnostics. */
+const mc_gpt_dataset *mc_data_split(const mc_data *d, int split);
+/* The sequence range of the low-level dataset that a split uses. */
+void mc_data_split_range(const mc_data *d, int split, int64_t *begin, int64_t *end);
+
+/* MegatronPretrainingSampler: the first dataset index of micro-batch `micro` of DP rank
+ * `dp_rank` in the iteration that starts at `consumed` samples. */
+static inline int64_t mc_data_sample_index(int64_t consumed, int micro, int mbs, int dp, int dp_rank) {
+    return consumed + (int64_t)micro * mbs * dp + (int64_t)dp_rank * mbs;
+}
+
+#endif
