@@ -25,7 +25,7 @@ int main(void) {
     cfg.train.train_iters = 10;
     cfg.train.eval_iters = 0;
     cfg.train.device = MC_DEVICE_CPU_ONLY;
-    cfg.optim.lr = 1e-3f;
+    cfg.optim.lr = 1e-3;
     cfg.log.quiet = true;
 
     mc_err err;

@@ -76,12 +76,12 @@ typedef struct mc_model_config {
 
 typedef struct mc_optim_config {
     int optimizer;                              /* 0: adam (AdamW) */
-    float lr, min_lr;
+    double lr, min_lr;
     mc_lr_decay_style lr_decay_style;
     int64_t lr_decay_iters, lr_decay_samples;   /* 0: the training length */
     int64_t lr_warmup_iters, lr_warmup_samples;
     double lr_warmup_fraction;                  /* < 0: unset */
-    float lr_warmup_init;
+    double lr_warmup_init;
     mc_wsd_decay_style lr_wsd_decay_style;
     int64_t lr_wsd_decay_iters, lr_wsd_decay_samples;
     float weight_decay;

@@ -133,7 +133,7 @@ static void base_config(mc_config *c) {
     c->model.hidden_dropout = 0.0f;
     c->train.micro_batch_size = 2;
     c->train.train_iters = 1;
-    c->optim.lr = 1e-3f;
+    c->optim.lr = 1e-3;
 }
 
 static void test_gpt2_family(void) {

@@ -48,11 +48,8 @@ static int encode_prompt(const mc_config *cfg, const char *text, int32_t *ids, i
     return n;
 }
 
-static void print_sample(mc_trainer *t, const mc_config *cfg) {
-    int cap = 1 << 16;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)cap);
+static void print_sample(mc_trainer *t, const mc_config *cfg, const int32_t *prompt, int n) {
     int32_t *out = malloc(sizeof(int32_t) * (size_t)cfg->log.sample_tokens);
-    int n = encode_prompt(cfg, cfg->log.sample_prompt, prompt, cap);
     mc_err err;
     if (mc_trainer_generate(t, prompt, n, cfg->log.sample_tokens, out, &err) != MC_OK) mc_die_usage("%s", err.msg);
     mc_log_info("-------------------------------------------------------------------------------");
@@ -71,7 +68,6 @@ static void print_sample(mc_trainer *t, const mc_config *cfg) {
         mc_log_info("%s -> %s", cfg->log.sample_prompt, line);
     }
     mc_log_info("-------------------------------------------------------------------------------");
-    free(prompt);
     free(out);
 }
 
@@ -87,15 +83,21 @@ static int cmd_train(int argc, char **argv) {
     mc_err err;
     if (mc_config_parse_args(&cfg, argc, argv, &err) != MC_OK) mc_die_usage("%s", err.msg);
     if (mc_config_validate(&cfg, 1, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    /* The sample prompt is checked before training, not after. */
+    int prompt_cap = 1 << 16, prompt_len = 0;
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_cap);
+    if (cfg.log.sample_prompt) prompt_len = encode_prompt(&cfg, cfg.log.sample_prompt, prompt, prompt_cap);
     mc_trainer *t = mc_trainer_create(&cfg, &err);
     if (!t) mc_die_usage("%s", err.msg);
     if (mc_trainer_run(t, &err) != MC_OK) {
         fprintf(stderr, "megatron-c: error: %s\n", err.msg);
         mc_trainer_free(t);
         mc_config_free(&cfg);
+        free(prompt);
         return 1;
     }
-    if (cfg.log.sample_prompt) print_sample(t, &cfg);
+    if (cfg.log.sample_prompt) print_sample(t, &cfg, prompt, prompt_len);
+    free(prompt);
     mc_trainer_free(t);
     mc_config_free(&cfg);
     return 0;

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "megatron.h"
+#include "optim/lr_schedule.h"
 
 void mc_config_init(mc_config *c) {
     memset(c, 0, sizeof *c);
@@ -187,6 +188,15 @@ static int validate_schedule(mc_config *c, mc_err *err) {
         return mc_err_set(err, "--weight-decay-incr-style constant needs --start-weight-decay == --end-weight-decay");
     if (o->end_weight_decay < o->start_weight_decay)
         return mc_err_set(err, "--end-weight-decay must be >= --start-weight-decay");
+    mc_lr_schedule s;
+    mc_lr_schedule_init(&s, c);
+    if (s.warmup_steps >= s.decay_steps && o->lr_decay_style != MC_LR_CONSTANT)
+        return mc_err_set(err,
+                          "the LR warmup (%.0f samples) must be shorter than the decay (%.0f samples: "
+                          "--lr-decay-iters, or --train-iters, times --global-batch-size)",
+                          s.warmup_steps, s.decay_steps);
+    if (o->lr_decay_style == MC_LR_WSD && s.wsd_decay_steps > s.decay_steps)
+        return mc_err_set(err, "--lr-wsd-decay-iters must not exceed the decay length (--lr-decay-iters or --train-iters)");
     return MC_OK;
 }
 

@@ -147,15 +147,15 @@ static const mc_arg_spec k_flags[] = {
 
     /* ---- optimizer and schedules ---- */
     {"--optimizer", MC_ARG_CHOICE, F(optim.optimizer), "optimizer (adam = AdamW)", .choices = k_optimizers},
-    {"--lr", MC_ARG_FLOAT, F(optim.lr), "peak learning rate", RANGE(0, 1e6)},
-    {"--min-lr", MC_ARG_FLOAT, F(optim.min_lr), "final learning rate", RANGE(0, 1e6)},
+    {"--lr", MC_ARG_DOUBLE, F(optim.lr), "peak learning rate", RANGE(0, 1e6)},
+    {"--min-lr", MC_ARG_DOUBLE, F(optim.min_lr), "final learning rate", RANGE(0, 1e6)},
     {"--lr-decay-style", MC_ARG_CHOICE, F(optim.lr_decay_style), "LR decay", .choices = k_decay},
     {"--lr-decay-iters", MC_ARG_INT64, F(optim.lr_decay_iters), "decay horizon in iterations", RANGE(1, 1e15)},
     {"--lr-decay-samples", MC_ARG_INT64, F(optim.lr_decay_samples), "decay horizon in samples", RANGE(1, 1e15)},
     {"--lr-warmup-iters", MC_ARG_INT64, F(optim.lr_warmup_iters), "linear warmup iterations", RANGE(0, 1e15)},
     {"--lr-warmup-samples", MC_ARG_INT64, F(optim.lr_warmup_samples), "linear warmup samples", RANGE(0, 1e15)},
     {"--lr-warmup-fraction", MC_ARG_DOUBLE, F(optim.lr_warmup_fraction), "warmup as a fraction of the decay", RANGE(0, 1)},
-    {"--lr-warmup-init", MC_ARG_FLOAT, F(optim.lr_warmup_init), "learning rate at the start of warmup", RANGE(0, 1e6)},
+    {"--lr-warmup-init", MC_ARG_DOUBLE, F(optim.lr_warmup_init), "learning rate at the start of warmup", RANGE(0, 1e6)},
     {"--lr-wsd-decay-style", MC_ARG_CHOICE, F(optim.lr_wsd_decay_style), "WSD anneal shape", .choices = k_wsd},
     {"--lr-wsd-decay-iters", MC_ARG_INT64, F(optim.lr_wsd_decay_iters), "WSD anneal iterations", RANGE(1, 1e15)},
     {"--lr-wsd-decay-samples", MC_ARG_INT64, F(optim.lr_wsd_decay_samples), "WSD anneal samples", RANGE(1, 1e15)},

@@ -53,7 +53,7 @@ int mc_metrics_open(mc_metrics_file *m, const char *dir, mc_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     m->f = fopen(path, "a");
-    if (!m->f) return mc_err_set(err, "--log-dir: cannot open %s for appending: %s", path, strerror(errno));
+    if (!m->f) return mc_err_set(err, "--log-dir %s: cannot open %s for appending: %s", dir, path, strerror(errno));
     return MC_OK;
 }
 

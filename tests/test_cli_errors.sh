@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Bad input on the command line: every case must print exactly one line on stderr that
+# names what was wrong, and exit with code 2 (nothing trained, nothing written).
+set -u
+BUILD=${1:-build}
+BIN="$BUILD/megatron-c"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+
+# A small valid command; each case appends or replaces flags.
+BASE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2
+      --train-iters 2 --lr 1e-3 --mock-data --tokenizer-type NullTokenizer --vocab-size 128 --device cpu)
+
+# expect NAME "substring of the error line" -- args...
+expect() {
+    local name=$1 want=$2
+    shift 3
+    local out err code
+    out=$("$BIN" "$@" 2>"$TMP/err")
+    code=$?
+    err=$(cat "$TMP/err")
+    local lines
+    lines=$(printf '%s' "$err" | grep -c '' || true)
+    if [ "$code" -eq 2 ] && [ "$lines" -eq 1 ] && printf '%s' "$err" | grep -qF -- "$want"; then
+        pass=$((pass + 1))
+        echo "ok   $name: $err"
+    else
+        fail=$((fail + 1))
+        echo "FAIL $name: exit $code, $lines stderr lines, wanted '$want'"
+        printf '%s\n' "$err" | head -5
+    fi
+}
+
+expect unknown_flag "unknown flag --num-layer (did you mean --num-layers?)" -- train "${BASE[@]}" --num-layer 3
+expect bad_integer "--num-layers: expected an integer, got 'two'" -- train "${BASE[@]}" --num-layers two
+expect bad_number "--lr: expected a number, got '1e-3x'" -- train "${BASE[@]}" --lr 1e-3x
+expect out_of_range "--hidden-dropout: 1.5 is out of range" -- train "${BASE[@]}" --hidden-dropout 1.5
+expect bad_choice "--normalization: invalid choice 'BatchNorm' (choose from LayerNorm, RMSNorm)" -- train "${BASE[@]}" --normalization BatchNorm
+expect missing_value "--seq-length: expected a value" -- train "${BASE[@]}" --seq-length
+expect value_on_switch "--swiglu takes no value" -- train "${BASE[@]}" --swiglu=1
+expect heads_divide_hidden "--hidden-size 100 is not divisible by --num-attention-heads 3" -- train "${BASE[@]}" --hidden-size 100 --num-attention-heads 3
+expect groups_divide_heads "--num-attention-heads 4 must be divisible by --num-query-groups 3" -- train "${BASE[@]}" --group-query-attention --num-query-groups 3
+expect global_batch "--global-batch-size 5 must be a multiple of --micro-batch-size 2 x data-parallel size 1" -- train "${BASE[@]}" --global-batch-size 5
+expect tp_world "world size 1 is not divisible by --tensor-model-parallel-size 2" -- train "${BASE[@]}" --tensor-model-parallel-size 2
+expect missing_lr "--lr is required" -- train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 2 --mock-data --vocab-size 128
+expect no_data "no training data" -- train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 2 --lr 1e-3
+expect two_sources "mutually exclusive" -- train "${BASE[@]}" --text-data-path "$TMP/x.txt"
+expect missing_file "$TMP/missing.txt" -- train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 2 --lr 1e-3 --text-data-path "$TMP/missing.txt"
+: > "$TMP/empty.txt"
+expect empty_file "$TMP/empty.txt" -- train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 2 --lr 1e-3 --text-data-path "$TMP/empty.txt"
+expect iters_and_samples "--train-iters and --train-samples are mutually exclusive" -- train "${BASE[@]}" --train-samples 8
+expect warmup_both "--lr-warmup-fraction and --lr-warmup-iters" -- train "${BASE[@]}" --lr-warmup-fraction 0.1 --lr-warmup-iters 1
+expect min_lr "--min-lr 0.1 is larger than --lr" -- train "${BASE[@]}" --min-lr 0.1
+expect not_yet_save "--save: checkpoints are not in this version yet" -- train "${BASE[@]}" --save "$TMP/ckpt"
+expect not_yet_fp8 "--fp8-format: fp8 training is not in this version yet" -- train "${BASE[@]}" --fp8-format hybrid
+expect rope_odd "--rotary-percent" -- train "${BASE[@]}" --position-embedding-type rope --rotary-percent 0.05
+expect seed_range "--seed: -1 is out of range" -- train "${BASE[@]}" --seed -1
+expect unknown_command "unknown command 'trian'" -- trian "${BASE[@]}"
+expect positional "unexpected argument 'extra'" -- train "${BASE[@]}" extra
+expect log_dir_is_file "--log-dir $TMP/empty.txt" -- train "${BASE[@]}" --log-dir "$TMP/empty.txt"
+expect sample_prompt_ids "--sample-prompt: token id 999 is outside the vocabulary" -- train "${BASE[@]}" --sample-prompt "1 999"
+expect warmup_too_long "the LR warmup (16 samples) must be shorter than the decay (4 samples" -- train "${BASE[@]}" --lr-warmup-iters 8
+
+# Nothing may be left behind by the failed runs.
+if [ -e "$TMP/ckpt" ]; then
+    fail=$((fail + 1))
+    echo "FAIL a failed run created $TMP/ckpt"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
