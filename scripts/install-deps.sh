@@ -6,6 +6,8 @@ need=()
 have_header() { for d in /usr/include /usr/include/x86_64-linux-gnu /usr/local/include; do
                   [ -e "$d/$1" ] && return 0; done; return 1; }
 have_header cblas.h || ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1 || need+=(libopenblas-dev)
+# The OpenMP build of OpenBLAS shares our OpenMP threads (see CMakeLists.txt).
+[ -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ] || need+=(libopenblas-openmp-dev)
 have_header cjson/cJSON.h   || need+=(libcjson-dev)
 have_header pcre2.h         || need+=(libpcre2-dev)
 have_header zlib.h          || need+=(zlib1g-dev)

@@ -23,13 +23,18 @@ static const char *check_current_ = "";
         }                                                                                     \
     } while (0)
 
-/* |a - b| <= tol * max(|a|, |b|, floor) */
-#define CHECK_REL(a, b, tol, ...)                                                             \
-    do {                                                                                      \
-        double a_ = (double)(a), b_ = (double)(b);                                            \
-        double s_ = fmax(fmax(fabs(a_), fabs(b_)), 1e-30);                                    \
-        CHECK(fabs(a_ - b_) <= (tol) * s_ && !isnan(a_) && !isnan(b_), "%.10g vs %.10g (rel %.3g > %.3g) " __VA_ARGS__, \
-              a_, b_, fabs(a_ - b_) / s_, (double)(tol));                                     \
+/* |a - b| <= tol * max(|a|, |b|), and neither is NaN. */
+#define CHECK_REL(a, b, tol, ...)                                                                  \
+    do {                                                                                           \
+        double a_ = (double)(a), b_ = (double)(b);                                                 \
+        double r_ = fabs(a_ - b_) / fmax(fmax(fabs(a_), fabs(b_)), 1e-30);                         \
+        if (!(r_ <= (tol)) || isnan(a_) || isnan(b_)) {                                           \
+            check_failures_++;                                                                     \
+            fprintf(stderr, "  FAIL %s:%d [%s]: %.10g vs %.10g (rel %.3g > %.3g) ", __FILE__, __LINE__, \
+                    check_current_, a_, b_, r_, (double)(tol));                                    \
+            fprintf(stderr, "" __VA_ARGS__);                                                       \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 /* Relative L2 error ||x - y|| / ||y|| of two float arrays. */

@@ -151,7 +151,7 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     if (m->cfg.swiglu)
         be->swiglu_fwd(be, &act, &fc1);
     else
-        be->gelu_fwd(be, &act, &fc1);
+        be->gelu_fwd(be, &act, &fc1, m->cfg.openai_gelu);
     row_parallel_fwd(p, &tmp, &act, lp->fc2_w, lp->fc2_b);
     mc_tensor out = rows_of(x_out, N);
     be->dropout_add_fwd(be, &out, &x_mid, &tmp, hp, m->seed, site_stream(p->stream, site_mlp_res(l)));
@@ -176,7 +176,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     if (m->cfg.swiglu)
         be->swiglu_bwd(be, &dfc1, &dact, &fc1);
     else
-        be->gelu_bwd(be, &dfc1, &dact, &fc1);
+        be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
     mc_tensor y2 = rows_of(&a->y2, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b);
     be->linear_bwd(be, &dtmp, &gw1, &gb1, &dfc1, &y2, &w1);

@@ -28,7 +28,7 @@ typedef enum { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device_kind;
 /* Causal self-attention over a packed QKV activation.
  * qkv: [S, B, groups, heads/groups + 2, head_dim] (Megatron's per-group layout: a group's
  *      query heads, then its key head, then its value head).
- * out: [S, B, heads, head_dim].  lse: [B, heads, S] F32, the log-sum-exp of each softmax
+ * out: [S, B, heads, head_dim].  lse: [B, heads, S], the log-sum-exp of each softmax
  *      row (saved for backward, flash-attention style; probabilities are never stored). */
 typedef struct mc_attn_desc {
     int64_t seq;     /* S */
@@ -40,7 +40,8 @@ typedef struct mc_attn_desc {
     float dropout;   /* attention-dropout probability on the softmax output; 0 in eval */
     uint64_t seed, stream; /* dropout draws: element (b, head, i, j) of stream `stream` */
     /* Optional [B, S] I32: the first key position query (s, b) may attend to (document
-     * start, for --reset-attention-mask). Absent: 0 for all, i.e. plain causal. */
+     * start, for --reset-attention-mask), 0 <= seg_start[b, s] <= s. Absent: 0 for all,
+     * i.e. plain causal. */
     mc_tensor seg_start;
 } mc_attn_desc;
 
@@ -60,11 +61,11 @@ typedef struct mc_adamw_segment {
     float weight_decay;
 } mc_adamw_segment;
 
-/* AdamW as Megatron's `adam` (torch.optim.AdamW semantics, decoupled weight decay):
- *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- *   p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps) + lr * wd * p
- * (weight decay applied first, on the old p, as torch does). All buffers F32 except the
- * optional `param_copy` (the model's low-precision parameters, written after the step). */
+/* AdamW as Megatron's `adam`, operation for operation as torch.optim.AdamW on F32 tensors:
+ *   g = grad * grad_scale; p *= 1 - lr wd; m = lerp(m, g, 1 - b1); v = b2 v + (1-b2) g^2;
+ *   p -= (lr / (1 - b1^step)) m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+ * (bias corrections in double). All buffers F32 except the optional `param_copy` (the
+ * model's low-precision parameters), which is rewritten over the segments' ranges. */
 typedef struct mc_adamw_desc {
     float *param, *grad, *exp_avg, *exp_avg_sq; /* flat F32 buffers, backend memory */
     mc_tensor param_copy;                     /* optional flat copy (e.g. BF16) to refresh */
@@ -125,8 +126,11 @@ struct mc_backend {
     void (*rope)(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 
     /* ---- activations ---- */
-    void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);                      /* tanh approx */
-    void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x); /* dx may alias dy */
+    /* GELU: exact, 0.5 x (1 + erf(x / sqrt 2)) (Megatron's default), or with `tanh` the
+     * approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (--openai-gelu,
+     * GPT-2's gelu_new). dx may alias dy. */
+    void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
+    void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
     /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. */
     void (*swiglu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);
     void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
@@ -139,7 +143,8 @@ struct mc_backend {
                           const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 
     /* ---- dropout and residual (masks regenerated from Philox, never stored) ----
-     * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p. y may alias x. */
+     * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p, 0 <= p < 1. y may
+     * alias x. */
     void (*dropout_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);
     void (*dropout_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, float p, uint64_t seed, uint64_t stream);
     /* y = residual + dropout(x); y may alias residual. */
@@ -159,8 +164,9 @@ struct mc_backend {
      * rank (0 when the target id is not on this rank). */
     void (*xent_stats)(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
                        const mc_tensor *targets, int64_t vocab_start);
-    /* loss[i] = log(stats[0,i]) + rowmax[i] - stats[1,i]; if dlogits is present, it gets
-     * (softmax - onehot(target)) * grad_scale * mask[i] (mask optional, F32 [N]).
+    /* loss[i] = log(stats[0,i]) + rowmax[i] - stats[1,i] for every token (the mask does not
+     * zero it: the caller weights losses by the mask when reducing); if dlogits is present,
+     * it gets (softmax - onehot(target)) * grad_scale * mask[i] (mask optional, [N]).
      * dlogits may alias logits. */
     void (*xent_loss_grad)(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,

@@ -73,6 +73,7 @@ static const mc_arg_spec k_flags[] = {
     {"--use-rope-scaling", MC_ARG_TRUE, F(model.use_rope_scaling), "Llama 3.1 RoPE frequency scaling"},
     {"--rope-scaling-factor", MC_ARG_FLOAT, F(model.rope_scaling_factor), "Llama 3.1 scaling factor", RANGE(1, 1e6)},
     {"--swiglu", MC_ARG_TRUE, F(model.swiglu), "SwiGLU MLP (fc1 outputs 2 x ffn)"},
+    {"--openai-gelu", MC_ARG_TRUE, F(model.openai_gelu), "tanh-approximated GELU (GPT-2's); default is the exact erf GELU"},
     {"--untie-embeddings-and-output-weights", MC_ARG_TRUE, F(model.untie_embeddings_and_output_weights), "separate LM head"},
     {"--disable-bias-linear", MC_ARG_FALSE, F(model.add_bias_linear), "no biases in linear layers"},
     {"--add-bias-linear", MC_ARG_TRUE, F(model.add_bias_linear), "biases in linear layers (default)"},

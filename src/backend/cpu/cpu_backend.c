@@ -1,0 +1,234 @@
+/* cpu_backend.c: the CPU reference backend's vtable, memory entries, dtype conversion,
+ * scratch workspace and the operand checks shared by the op files. */
+#include "backend/cpu/cpu_internal.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MC_CPU_ALIGN 64
+
+/* ---- checks ---- */
+
+static const char *dtype_name_or_none(const mc_tensor *t) {
+    return (t && t->data) ? mc_dtype_name(t->dtype) : "absent";
+}
+
+void mc_cpu_check_real(const char *op, const char *name, const mc_tensor *t) {
+    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cpu %s: operand %s is absent", op, name);
+    if (t->dtype != MC_F32 && t->dtype != MC_F64)
+        mc_assert_fail("dtype F32 or F64", __FILE__, __LINE__, "cpu %s: operand %s has dtype %s; the CPU backend computes in F32 or F64",
+                       op, name, dtype_name_or_none(t));
+}
+
+void mc_cpu_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt) {
+    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cpu %s: operand %s is absent", op, name);
+    if (t->dtype != dt)
+        mc_assert_fail("dtype", __FILE__, __LINE__, "cpu %s: operand %s has dtype %s, expected %s", op, name,
+                       mc_dtype_name(t->dtype), mc_dtype_name(dt));
+}
+
+void mc_cpu_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols) {
+    if (mc_cpu_rows(t) != rows || mc_cpu_cols(t) != cols)
+        mc_assert_fail("shape", __FILE__, __LINE__, "cpu %s: operand %s is [%lld, %lld] (rows x last dim), expected [%lld, %lld]",
+                       op, name, (long long)mc_cpu_rows(t), (long long)mc_cpu_cols(t), (long long)rows, (long long)cols);
+}
+
+void mc_cpu_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
+    if (mc_tensor_numel(t) != n)
+        mc_assert_fail("numel", __FILE__, __LINE__, "cpu %s: operand %s has %lld elements, expected %lld", op, name,
+                       (long long)mc_tensor_numel(t), (long long)n);
+}
+
+/* ---- memory ---- */
+
+void *mc_cpu_aligned_alloc(size_t bytes) {
+    size_t rounded = (bytes + MC_CPU_ALIGN - 1) / MC_CPU_ALIGN * MC_CPU_ALIGN;
+    void *p = aligned_alloc(MC_CPU_ALIGN, rounded ? rounded : MC_CPU_ALIGN);
+    if (!p) mc_assert_fail("aligned_alloc", __FILE__, __LINE__, "cpu backend: out of host memory allocating %zu bytes", bytes);
+    return p;
+}
+
+static void *cpu_alloc(mc_backend *be, size_t bytes) {
+    (void)be;
+    return mc_cpu_aligned_alloc(bytes);
+}
+
+static void cpu_free(mc_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(mc_backend *be, void *dst, size_t bytes) {
+    (void)be;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_sync(mc_backend *be) { (void)be; }
+
+void *mc_cpu_workspace(mc_backend *be, size_t bytes) {
+    mc_cpu_state *st = be->impl;
+    if (bytes > st->workspace_bytes) {
+        free(st->workspace);
+        st->workspace = mc_cpu_aligned_alloc(bytes);
+        st->workspace_bytes = bytes;
+    }
+    return st->workspace;
+}
+
+int mc_cpu_threads(void) { return omp_get_max_threads(); }
+
+/* ---- conversion ---- */
+
+/* IEEE binary16, round to nearest even; overflow to inf, NaN stays NaN (quiet). */
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or NaN */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal half */
+        if (ax < 0x33000000u) return sign;                    /* <= 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* value * 2^24 = mant >> shift */
+        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu; /* rebias exponent 127 -> 15 */
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;   /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* zero or subnormal, exact */
+        return sign ? -v : v;
+    }
+    if (e == 31) x = sign | 0x7f800000u | (m << 13);
+    else x = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+bool mc_cpu_convertible(mc_dtype dt) { return dt == MC_F32 || dt == MC_BF16 || dt == MC_F16 || dt == MC_F64; }
+
+static void load_f32(float *dst, const void *src, mc_dtype dt, int64_t i0, int64_t n) {
+    switch (dt) {
+    case MC_F32: memcpy(dst, (const float *)src + i0, (size_t)n * sizeof(float)); break;
+    case MC_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = mc_bf16_to_f32(((const uint16_t *)src)[i0 + i]);
+        break;
+    case MC_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)src)[i0 + i]);
+        break;
+    default: /* MC_F64 */
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i0 + i];
+        break;
+    }
+}
+
+void mc_cpu_store_f32(void *dst, mc_dtype dt, int64_t i0, const float *src, int64_t n) {
+    switch (dt) {
+    case MC_F32: memcpy((float *)dst + i0, src, (size_t)n * sizeof(float)); break;
+    case MC_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i0 + i] = mc_f32_to_bf16(src[i]);
+        break;
+    case MC_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i0 + i] = f32_to_f16(src[i]);
+        break;
+    default: /* MC_F64 */
+        for (int64_t i = 0; i < n; i++) ((double *)dst)[i0 + i] = src[i];
+        break;
+    }
+}
+
+/* dst = src elementwise; F64 -> F64 is a copy, everything else goes through float (an
+ * F64 -> BF16/F16 conversion rounds twice, which no caller depends on). */
+static void cpu_convert(mc_backend *be, mc_tensor *dst, const mc_tensor *src) {
+    (void)be;
+    MC_ASSERT(mc_tensor_present(dst) && mc_tensor_present(src), "cpu convert: absent operand");
+    MC_ASSERT(mc_cpu_convertible(dst->dtype) && mc_cpu_convertible(src->dtype), "cpu convert: %s -> %s is not supported",
+              mc_dtype_name(src->dtype), mc_dtype_name(dst->dtype));
+    int64_t n = mc_tensor_numel(src);
+    mc_cpu_check_numel("convert", "dst", dst, n);
+    if (dst->dtype == src->dtype) {
+        cpu_copy(be, dst->data, src->data, mc_tensor_bytes(src));
+        return;
+    }
+    enum { CHUNK = 2048 };
+    int64_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t ch = 0; ch < nchunks; ch++) {
+        float tmp[CHUNK];
+        int64_t i0 = ch * CHUNK, len = n - i0 < CHUNK ? n - i0 : CHUNK;
+        load_f32(tmp, src->data, src->dtype, i0, len);
+        mc_cpu_store_f32(dst->data, dst->dtype, i0, tmp, len);
+    }
+}
+
+/* ---- the backend ---- */
+
+static void cpu_destroy(mc_backend *be) {
+    if (!be) return;
+    mc_cpu_state *st = be->impl;
+    if (st) free(st->workspace);
+    free(st);
+    free(be);
+}
+
+mc_backend *mc_backend_cpu_create(void) {
+    mc_backend *be = mc_xcalloc(1, sizeof *be);
+    be->name = "cpu";
+    be->device = MC_DEVICE_CPU;
+    be->impl = mc_xcalloc(1, sizeof(mc_cpu_state));
+
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->copy_h2d = cpu_copy;
+    be->copy_d2h = cpu_copy;
+    be->copy_d2d = cpu_copy;
+    be->zero = cpu_zero;
+    be->sync = cpu_sync;
+    be->convert = cpu_convert;
+
+    be->gemm = mc_cpu_gemm;
+    be->linear_fwd = mc_cpu_linear_fwd;
+    be->linear_bwd = mc_cpu_linear_bwd;
+    be->embedding_fwd = mc_cpu_embedding_fwd;
+    be->embedding_bwd = mc_cpu_embedding_bwd;
+    be->layernorm_fwd = mc_cpu_layernorm_fwd;
+    be->layernorm_bwd = mc_cpu_layernorm_bwd;
+    be->rmsnorm_fwd = mc_cpu_rmsnorm_fwd;
+    be->rmsnorm_bwd = mc_cpu_rmsnorm_bwd;
+    be->rope = mc_cpu_rope;
+    be->gelu_fwd = mc_cpu_gelu_fwd;
+    be->gelu_bwd = mc_cpu_gelu_bwd;
+    be->swiglu_fwd = mc_cpu_swiglu_fwd;
+    be->swiglu_bwd = mc_cpu_swiglu_bwd;
+    be->attention_fwd = mc_cpu_attention_fwd;
+    be->attention_bwd = mc_cpu_attention_bwd;
+    be->dropout_fwd = mc_cpu_dropout_fwd;
+    be->dropout_bwd = mc_cpu_dropout_bwd;
+    be->dropout_add_fwd = mc_cpu_dropout_add_fwd;
+    be->add_inplace = mc_cpu_add_inplace;
+    be->scale_inplace = mc_cpu_scale_inplace;
+    be->xent_rowmax = mc_cpu_xent_rowmax;
+    be->xent_stats = mc_cpu_xent_stats;
+    be->xent_loss_grad = mc_cpu_xent_loss_grad;
+    be->adamw = mc_cpu_adamw;
+    be->sumsq = mc_cpu_sumsq;
+    be->count_zeros = mc_cpu_count_zeros;
+
+    be->destroy = cpu_destroy;
+    return be;
+}

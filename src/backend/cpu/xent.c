@@ -1,0 +1,132 @@
+/* xent.c: vocab-parallel softmax cross-entropy in three passes (rowmax, stats, loss and
+ * gradient), so that the model can all-reduce over the tensor-parallel group between them:
+ * max of rowmax, then sum of stats. logits [N, V_local]; this rank holds vocab ids
+ * [vocab_start, vocab_start + V_local). Sums of exponentials run in REAL over chunks of 512
+ * logits (so they vectorize) and in double across chunks. */
+#ifdef REAL
+
+static void RNAME(xent_rowmax)(REAL *restrict rowmax, const REAL *restrict logits, int64_t n, int64_t v) {
+#pragma omp parallel for schedule(static) if (n * v > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        const REAL *row = logits + i * v;
+        REAL m = -INFINITY;
+#pragma omp simd reduction(max : m)
+        for (int64_t j = 0; j < v; j++) m = row[j] > m ? row[j] : m;
+        rowmax[i] = m;
+    }
+}
+
+/* stats[0, i] = sum_j exp(logits[i, j] - rowmax[i]); stats[1, i] = logits[i, target - vocab_start]
+ * when the target is on this rank, else 0. */
+static void RNAME(xent_stats)(REAL *restrict stats, const REAL *restrict logits, const REAL *restrict rowmax,
+                              const int32_t *restrict targets, int64_t n, int64_t v, int64_t vocab_start) {
+#pragma omp parallel for schedule(static) if (n * v > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        const REAL *row = logits + i * v;
+        REAL m = rowmax[i];
+        double sum = 0;
+        for (int64_t j0 = 0; j0 < v; j0 += 512) {
+            const int64_t j1 = j0 + 512 < v ? j0 + 512 : v;
+            REAL part = 0;
+#pragma omp simd reduction(+ : part)
+            for (int64_t j = j0; j < j1; j++) part += R_EXP(row[j] - m);
+            sum += part;
+        }
+        int64_t local = (int64_t)targets[i] - vocab_start;
+        stats[i] = (REAL)sum;
+        stats[n + i] = local >= 0 && local < v ? row[local] : 0;
+    }
+}
+
+/* loss[i] = log(stats[0, i]) + rowmax[i] - stats[1, i]; when dlogits is given,
+ * dlogits[i] = (softmax(logits[i]) - onehot(target)) grad_scale mask[i]. dlogits may alias
+ * logits (each element is read before it is written). */
+static void RNAME(xent_loss_grad)(REAL *restrict loss, REAL *dlogits, const REAL *logits, const REAL *restrict rowmax,
+                                  const REAL *restrict stats, const int32_t *restrict targets,
+                                  const REAL *restrict mask, int64_t n, int64_t v, int64_t vocab_start,
+                                  REAL grad_scale) {
+#pragma omp parallel for schedule(static) if (n * v > 32768)
+    for (int64_t i = 0; i < n; i++) {
+        REAL m = rowmax[i], sum = stats[i];
+        loss[i] = (REAL)(log((double)sum) + (double)m - (double)stats[n + i]);
+        if (!dlogits) continue;
+        const REAL *row = logits + i * v;
+        REAL *drow = dlogits + i * v;
+        REAL w = grad_scale * (mask ? mask[i] : 1);
+        if (w == 0) {
+            memset(drow, 0, (size_t)v * sizeof(REAL));
+            continue;
+        }
+        REAL coef = w / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < v; j++) drow[j] = R_EXP(row[j] - m) * coef;
+        int64_t local = (int64_t)targets[i] - vocab_start;
+        if (local >= 0 && local < v) drow[local] -= w;
+    }
+}
+
+#else /* the dtype-independent half */
+
+#include "backend/cpu/cpu_internal.h"
+
+#define MC_CPU_TEMPLATE "backend/cpu/xent.c"
+#include "backend/cpu/cpu_instantiate.h"
+
+void mc_cpu_xent_rowmax(mc_backend *be, mc_tensor *rowmax, const mc_tensor *logits) {
+    (void)be;
+    const char *op = "xent_rowmax";
+    mc_cpu_check_real(op, "logits", logits);
+    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
+    mc_cpu_check_dtype(op, "rowmax", rowmax, logits->dtype);
+    mc_cpu_check_numel(op, "rowmax", rowmax, n);
+    MC_CPU_DISPATCH(logits->dtype, xent_rowmax, rowmax->data, logits->data, n, v);
+}
+
+void mc_cpu_xent_stats(mc_backend *be, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
+                       const mc_tensor *targets, int64_t vocab_start) {
+    (void)be;
+    const char *op = "xent_stats";
+    mc_cpu_check_real(op, "logits", logits);
+    mc_dtype dt = logits->dtype;
+    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
+    mc_cpu_check_dtype(op, "stats", stats, dt);
+    mc_cpu_check_numel(op, "stats", stats, 2 * n);
+    mc_cpu_check_dtype(op, "rowmax", rowmax, dt);
+    mc_cpu_check_numel(op, "rowmax", rowmax, n);
+    mc_cpu_check_dtype(op, "targets", targets, MC_I32);
+    mc_cpu_check_numel(op, "targets", targets, n);
+    MC_CPU_DISPATCH(dt, xent_stats, stats->data, logits->data, rowmax->data, targets->data, n, v, vocab_start);
+}
+
+void mc_cpu_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                           const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
+                           const mc_tensor *mask, int64_t vocab_start, float grad_scale) {
+    (void)be;
+    const char *op = "xent_loss_grad";
+    mc_cpu_check_real(op, "logits", logits);
+    mc_dtype dt = logits->dtype;
+    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
+    mc_cpu_check_dtype(op, "loss", loss, dt);
+    mc_cpu_check_numel(op, "loss", loss, n);
+    mc_cpu_check_dtype(op, "rowmax", rowmax, dt);
+    mc_cpu_check_numel(op, "rowmax", rowmax, n);
+    mc_cpu_check_dtype(op, "stats", stats, dt);
+    mc_cpu_check_numel(op, "stats", stats, 2 * n);
+    mc_cpu_check_dtype(op, "targets", targets, MC_I32);
+    mc_cpu_check_numel(op, "targets", targets, n);
+    void *dl = NULL, *mk = NULL;
+    if (mc_tensor_present(dlogits)) {
+        mc_cpu_check_dtype(op, "dlogits", dlogits, dt);
+        mc_cpu_check_2d(op, "dlogits", dlogits, n, v);
+        dl = dlogits->data;
+    }
+    if (mc_tensor_present(mask)) {
+        mc_cpu_check_dtype(op, "mask", mask, dt);
+        mc_cpu_check_numel(op, "mask", mask, n);
+        mk = mask->data;
+    }
+    MC_CPU_DISPATCH(dt, xent_loss_grad, loss->data, dl, logits->data, rowmax->data, stats->data, targets->data, mk,
+                    n, v, vocab_start, grad_scale);
+}
+
+#endif
