@@ -65,6 +65,7 @@ typedef struct mc_model_config {
     bool use_rope_scaling;   /* Llama 3.1 frequency scaling */
     float rope_scaling_factor;
     bool swiglu;
+    bool openai_gelu;        /* tanh-approximated GELU (HF's gelu_new); Megatron's default is erf GELU */
     bool untie_embeddings_and_output_weights;
     bool add_bias_linear;    /* false with --disable-bias-linear */
     float init_method_std;
