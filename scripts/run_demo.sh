@@ -31,7 +31,7 @@ MODEL=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --group-query-at
        --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 256
        --attention-dropout 0.0 --hidden-dropout 0.0 --init-method-std 0.02)
 TRAIN=(--micro-batch-size 8 --global-batch-size 16 --train-iters ${MC_DEMO_ITERS:-300}
-       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 20 --weight-decay 0.1
+       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters $(( ${MC_DEMO_ITERS:-300} / 15 )) --weight-decay 0.1
        --adam-beta2 0.95 --clip-grad 1.0 --log-interval 10 --eval-interval 100 --eval-iters 4
        --device cpu --log-dir runs/demo)
 if [ -s "$CORPUS" ]; then

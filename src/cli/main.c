@@ -1,106 +1,25 @@
 /* main.c: the `megatron-c` command, a thin user of libmegatron.
  *
- *   megatron-c train [Megatron flags]     train a model (see `megatron-c train --help`)
- *   megatron-c --version | --help
+ *   megatron-c <command> [flags]          (see `megatron-c --help`)
  *
- * Errors in the user's input print one line and exit with code 2; failures during
- * training exit with code 1. */
+ * Errors in the user's input print one line and exit with code 2; failures during a
+ * command exit with code 1. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
-#include "base/log.h"
-#include "data/byte_tokenizer.h"
+#include "cli/commands.h"
 #include "megatron.h"
-#include "train/flags.h"
+
+static const mc_command k_commands[] = {
+    {"train", mc_cmd_train, "train a GPT/Llama-style model with Megatron-LM's flags"},
+};
+#define NCOMMANDS ((int)(sizeof k_commands / sizeof k_commands[0]))
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: megatron-c <command> [flags]\n"
-            "\n"
-            "commands:\n"
-            "  train       train a GPT/Llama-style model with Megatron-LM's flags\n"
-            "\n"
-            "  megatron-c train --help     lists every flag\n"
-            "  megatron-c --version\n");
-}
-
-/* Parses the prompt for --sample-prompt: text for the byte tokenizer, space-separated ids
- * for NullTokenizer. Returns the number of ids. */
-static int encode_prompt(const mc_config *cfg, const char *text, int32_t *ids, int cap) {
-    if (cfg->data.tokenizer_type == MC_TOKENIZER_BYTE) {
-        int64_t n = (int64_t)strlen(text);
-        if (n > cap) n = cap;
-        return (int)mc_byte_tokenizer_encode(text, n, ids);
-    }
-    int n = 0;
-    char *end;
-    for (const char *p = text; *p && n < cap;) {
-        long v = strtol(p, &end, 10);
-        if (end == p) mc_die_usage("--sample-prompt: with NullTokenizer the prompt is space-separated token ids, got '%s'", text);
-        if (v < 0 || v >= cfg->model.vocab_size)
-            mc_die_usage("--sample-prompt: token id %ld is outside the vocabulary [0, %d)", v, cfg->model.vocab_size);
-        ids[n++] = (int32_t)v;
-        p = end;
-        while (*p == ' ') p++;
-    }
-    return n;
-}
-
-static void print_sample(mc_trainer *t, const mc_config *cfg, const int32_t *prompt, int n) {
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)cfg->log.sample_tokens);
-    mc_err err;
-    if (mc_trainer_generate(t, prompt, n, cfg->log.sample_tokens, out, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    mc_log_info("-------------------------------------------------------------------------------");
-    mc_log_info("greedy sample (%d tokens):", cfg->log.sample_tokens);
-    if (cfg->data.tokenizer_type == MC_TOKENIZER_BYTE) {
-        int64_t len = mc_byte_tokenizer_decode(out, cfg->log.sample_tokens, NULL, 0);
-        char *text = malloc((size_t)len + 1);
-        mc_byte_tokenizer_decode(out, cfg->log.sample_tokens, text, len + 1);
-        mc_log_info("%s%s", cfg->log.sample_prompt, text);
-        free(text);
-    } else {
-        char line[65536];
-        int at = 0;
-        for (int i = 0; i < cfg->log.sample_tokens && at < (int)sizeof line - 16; i++)
-            at += snprintf(line + at, sizeof line - (size_t)at, "%s%d", i ? " " : "", out[i]);
-        mc_log_info("%s -> %s", cfg->log.sample_prompt, line);
-    }
-    mc_log_info("-------------------------------------------------------------------------------");
-    free(out);
-}
-
-static int cmd_train(int argc, char **argv) {
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: megatron-c train [flags]   (Megatron-LM's flag names and meanings)\n\n");
-            mc_flags_print_help();
-            return 0;
-        }
-    mc_config cfg;
-    mc_config_init(&cfg);
-    mc_err err;
-    if (mc_config_parse_args(&cfg, argc, argv, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    if (mc_config_validate(&cfg, 1, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    /* The sample prompt is checked before training, not after. */
-    int prompt_cap = 1 << 16, prompt_len = 0;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_cap);
-    if (cfg.log.sample_prompt) prompt_len = encode_prompt(&cfg, cfg.log.sample_prompt, prompt, prompt_cap);
-    mc_trainer *t = mc_trainer_create(&cfg, &err);
-    if (!t) mc_die_usage("%s", err.msg);
-    if (mc_trainer_run(t, &err) != MC_OK) {
-        fprintf(stderr, "megatron-c: error: %s\n", err.msg);
-        mc_trainer_free(t);
-        mc_config_free(&cfg);
-        free(prompt);
-        return 1;
-    }
-    if (cfg.log.sample_prompt) print_sample(t, &cfg, prompt, prompt_len);
-    free(prompt);
-    mc_trainer_free(t);
-    mc_config_free(&cfg);
-    return 0;
+    fprintf(f, "usage: megatron-c <command> [flags]\n\ncommands:\n");
+    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-16s %s\n", k_commands[i].name, k_commands[i].help);
+    fprintf(f, "\n  megatron-c <command> --help   lists the command's flags\n  megatron-c --version\n");
 }
 
 int main(int argc, char **argv) {
@@ -117,8 +36,13 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-    if (!strncmp(cmd, "--", 2))
-        mc_die_usage("flags come after the command: megatron-c train %s ...", cmd);
-    mc_die_usage("unknown command '%s' (commands: train)", cmd);
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(cmd, k_commands[i].name)) return k_commands[i].run(argc - 2, argv + 2);
+    if (!strncmp(cmd, "--", 2)) mc_die_usage("flags come after the command: megatron-c train %s ...", cmd);
+    char names[256] = "";
+    for (int i = 0; i < NCOMMANDS; i++) {
+        if (i) strncat(names, ", ", sizeof names - strlen(names) - 1);
+        strncat(names, k_commands[i].name, sizeof names - strlen(names) - 1);
+    }
+    mc_die_usage("unknown command '%s' (commands: %s)", cmd, names);
 }

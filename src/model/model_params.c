@@ -132,37 +132,25 @@ void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row,
 }
 
 void mc_model_init_params(mc_model *m, uint64_t seed) {
-    /* Host staging in the param dtype's precision, then one copy to the backend. */
-    size_t esz = mc_dtype_size(m->param_dtype);
-    char *host = mc_xcalloc((size_t)m->numel, esz);
+    mc_backend *be = m->be;
+    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(m->param_dtype));
+    int64_t max_rows = 1;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].shape[0] > max_rows) max_rows = m->params[i].shape[0];
+    int64_t *row_index = mc_xmalloc(sizeof(int64_t) * (size_t)max_rows);
     for (int i = 0; i < m->nparams; i++) {
         const mc_param *p = &m->params[i];
-        uint64_t stream = mc_stream_of_name(p->name);
-        int64_t rows = p->shape[0], cols = p->shape[1], gcols = p->global_shape[1];
-        /* Vocabulary padding rows stay random like Megatron's (they are real parameters). */
-        #pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < cols; c++) {
-                double v = 0.0;
-                if (p->init == MC_INIT_ONES) {
-                    v = 1.0;
-                } else if (p->init == MC_INIT_NORMAL) {
-                    int64_t gr, gc;
-                    mc_model_local_to_global(m, p, r, c, &gr, &gc);
-                    v = p->init_std * mc_philox_normal(seed, stream, (uint64_t)(gr * gcols + gc));
-                }
-                int64_t at = p->offset + r * cols + c;
-                switch (m->param_dtype) {
-                case MC_F32: ((float *)host)[at] = (float)v; break;
-                case MC_F64: ((double *)host)[at] = v; break;
-                case MC_BF16: ((uint16_t *)host)[at] = mc_f32_to_bf16((float)v); break;
-                default: MC_ASSERT(0, "unsupported param dtype %s", mc_dtype_name(m->param_dtype));
-                }
-            }
-        }
+        mc_tensor v = mc_model_param(m, i);
+        if (p->init == MC_INIT_ONES) be->fill(be, &v, 1.0);
+        if (p->init != MC_INIT_NORMAL) continue;
+        /* Global (row, col) of every local element: row_index[r] * global_cols + col0 + c. */
+        int64_t col0, unused;
+        mc_model_local_to_global(m, p, 0, 0, &unused, &col0);
+        for (int64_t r = 0; r < p->shape[0]; r++) mc_model_local_to_global(m, p, r, 0, &row_index[r], &unused);
+        /* Vocabulary padding rows are random too, like Megatron's (they are real parameters). */
+        be->init_normal(be, &v, seed, mc_stream_of_name(p->name), p->init_std, row_index, p->global_shape[1], col0);
     }
-    m->be->copy_h2d(m->be, m->param_buf, host, (size_t)m->numel * esz);
-    free(host);
+    free(row_index);
 }
 
 int mc_model_find_param(const mc_model *m, const char *name) {

@@ -91,6 +91,15 @@ struct mc_backend {
     void (*sync)(mc_backend *);
     /* dst = src converted elementwise (F32 <-> BF16/F16, same numel). */
     void (*convert)(mc_backend *, mc_tensor *dst, const mc_tensor *src);
+    /* Every element of x set to `value` (converted to x's dtype). */
+    void (*fill)(mc_backend *, mc_tensor *x, double value);
+    /* Weight init: p[r, c] = std * mc_philox_normal(seed, stream, row_index[r] * row_stride
+     * + col_offset + c) for p [rows, cols] (a 1-D p is one row), so a shard of a tensor gets
+     * the values the whole tensor would have. row_index is a host array of `rows` entries. */
+    void (*init_normal)(mc_backend *, mc_tensor *p, uint64_t seed, uint64_t stream, double std,
+                        const int64_t *row_index, int64_t row_stride, int64_t col_offset);
+    /* Bytes allocated now, at most so far, and held from the system (the memory log line). */
+    void (*memory_stats)(mc_backend *, size_t *allocated, size_t *max_allocated, size_t *reserved);
 
     /* ---- GEMM ----
      * C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major. */

@@ -9,7 +9,7 @@
 /* Model FLOPs of one iteration of `batch` sequences (forward + backward, no recompute). */
 double mc_flops_per_iteration(const mc_config *cfg, int padded_vocab, int64_t batch);
 
-/* sgemm throughput of `be` in TFLOP/s: the best of a few 1024^3 products (~0.1 s). */
+/* sgemm throughput of `be` in TFLOP/s: the best of ten 1024^3 products (~0.2 s on 2 cores). */
 double mc_measure_gemm_tflops(mc_backend *be);
 
 #endif

@@ -46,9 +46,23 @@ void mc_log_print_validation(const char *prefix, double loss) {
     mc_log_last("%s", dashes);
 }
 
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
 int mc_metrics_open(mc_metrics_file *m, const char *dir, mc_err *err) {
     m->f = NULL;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    if (make_dirs(dir) != 0)
         return mc_err_set(err, "--log-dir %s: cannot create directory: %s", dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);

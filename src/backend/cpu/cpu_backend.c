@@ -49,14 +49,31 @@ void *mc_cpu_aligned_alloc(size_t bytes) {
     return p;
 }
 
+/* be->alloc keeps the size in a 64-byte header in front of the block, so free can count. */
 static void *cpu_alloc(mc_backend *be, size_t bytes) {
-    (void)be;
-    return mc_cpu_aligned_alloc(bytes);
+    mc_cpu_state *st = be->impl;
+    char *p = mc_cpu_aligned_alloc(bytes + MC_CPU_ALIGN);
+    memcpy(p, &bytes, sizeof bytes);
+    st->allocated += bytes;
+    if (st->allocated > st->max_allocated) st->max_allocated = st->allocated;
+    return p + MC_CPU_ALIGN;
 }
 
-static void cpu_free(mc_backend *be, void *p) {
-    (void)be;
+static void cpu_free(mc_backend *be, void *ptr) {
+    if (!ptr) return;
+    mc_cpu_state *st = be->impl;
+    char *p = (char *)ptr - MC_CPU_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    st->allocated -= bytes;
     free(p);
+}
+
+static void cpu_memory_stats(mc_backend *be, size_t *allocated, size_t *max_allocated, size_t *reserved) {
+    mc_cpu_state *st = be->impl;
+    *allocated = st->allocated;
+    *max_allocated = st->max_allocated;
+    *reserved = st->allocated + st->workspace_bytes;
 }
 
 static void cpu_copy(mc_backend *be, void *dst, const void *src, size_t bytes) {
@@ -200,6 +217,9 @@ mc_backend *mc_backend_cpu_create(void) {
     be->zero = cpu_zero;
     be->sync = cpu_sync;
     be->convert = cpu_convert;
+    be->fill = mc_cpu_fill;
+    be->init_normal = mc_cpu_init_normal;
+    be->memory_stats = cpu_memory_stats;
 
     be->gemm = mc_cpu_gemm;
     be->linear_fwd = mc_cpu_linear_fwd;

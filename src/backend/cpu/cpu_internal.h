@@ -28,6 +28,7 @@
 typedef struct mc_cpu_state {
     void *workspace; /* grown on demand, never shrunk: no allocation once the shapes repeat */
     size_t workspace_bytes;
+    size_t allocated, max_allocated; /* through be->alloc, for the memory log line */
 } mc_cpu_state;
 
 /* At least `bytes` of 64-byte aligned scratch owned by the backend. Valid until the next
@@ -113,6 +114,9 @@ void mc_cpu_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_ten
 /* rope.c */
 void mc_cpu_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* activation.c */
+void mc_cpu_fill(mc_backend *, mc_tensor *x, double value);
+void mc_cpu_init_normal(mc_backend *, mc_tensor *p, uint64_t seed, uint64_t stream, double std, const int64_t *row_index,
+                        int64_t row_stride, int64_t col_offset);
 void mc_cpu_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
 void mc_cpu_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
 void mc_cpu_swiglu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x);

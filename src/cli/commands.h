@@ -1,0 +1,14 @@
+/* commands.h: the subcommands of `megatron-c`, one file each (cmd_<name>.c). A command
+ * gets the arguments after its name and returns the process exit code. */
+#ifndef MC_CLI_COMMANDS_H
+#define MC_CLI_COMMANDS_H
+
+typedef struct mc_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} mc_command;
+
+int mc_cmd_train(int argc, char **argv);
+
+#endif
