@@ -34,15 +34,12 @@ static void print_setup(const mc_trainer *t) {
 }
 
 static void print_memory(const mc_trainer *t, int64_t iteration) {
-    const mc_model *m = &t->model;
+    size_t allocated, max_allocated, reserved;
+    t->be->memory_stats(t->be, &allocated, &max_allocated, &reserved);
     double mb = 1.0 / (1024.0 * 1024.0);
-    double params = (double)m->numel * mc_dtype_size(m->param_dtype);
-    double grads = (double)m->numel * mc_dtype_size(m->grad_dtype);
-    double optim = (double)m->numel * 4.0 * (t->opt.owns_master ? 3 : 2);
-    double total = params + grads + optim + (double)m->act_bytes + (double)t->batch_arena.capacity;
     mc_log_info("[Rank %d] (after %lld iterations) memory (MB) | allocated: %.1f | max allocated: %.1f | reserved: "
                 "%.1f | max reserved: %.1f",
-                t->comm.rank, (long long)iteration, total * mb, total * mb, total * mb, total * mb);
+                t->comm.rank, (long long)iteration, allocated * mb, max_allocated * mb, reserved * mb, reserved * mb);
 }
 
 static int evaluate_and_print(mc_trainer *t, int split, const char *prefix, mc_err *err) {
