@@ -62,6 +62,7 @@ expect positional "unexpected argument 'extra'" -- train "${BASE[@]}" extra
 expect log_dir_is_file "--log-dir $TMP/empty.txt" -- train "${BASE[@]}" --log-dir "$TMP/empty.txt"
 expect sample_prompt_ids "--sample-prompt: token id 999 is outside the vocabulary" -- train "${BASE[@]}" --sample-prompt "1 999"
 expect warmup_too_long "the LR warmup (16 samples) must be shorter than the decay (4 samples" -- train "${BASE[@]}" --lr-warmup-iters 8
+expect dataloader_cyclic "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet" -- train "${BASE[@]}" --dataloader-type cyclic
 
 # Nothing may be left behind by the failed runs.
 if [ -e "$TMP/ckpt" ]; then

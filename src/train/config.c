@@ -73,6 +73,9 @@ int mc_config_padded_vocab(const mc_config *c) {
 
 static int validate_data(mc_config *c, mc_err *err) {
     mc_data_config *d = &c->data;
+    if (d->dataloader_type != 0)
+        return mc_err_set(err, "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet; "
+                               "use single (Megatron's default)");
     int sources = (d->mock_data != 0) + (d->data_path != NULL) + (d->text_data_path != NULL) + (d->corpus_tokens != NULL);
     if (sources > 1)
         return mc_err_set(err, "--mock-data, --data-path and --text-data-path are mutually exclusive (got %d of them)",

@@ -44,7 +44,7 @@ static const mc_arg_choice k_tokenizers[] = {{"NullTokenizer", MC_TOKENIZER_NULL
                                              {"Llama2Tokenizer", MC_TOKENIZER_SENTENCEPIECE},
                                              {NULL, 0}};
 static const mc_arg_choice k_optimizers[] = {{"adam", 0}, {NULL, 0}};
-static const mc_arg_choice k_dataloader[] = {{"single", 0}, {NULL, 0}};
+static const mc_arg_choice k_dataloader[] = {{"single", 0}, {"cyclic", 1}, {NULL, 0}};
 
 #define NOT_DIST "multi-rank training arrives with the MPI/NCCL transport (Distributed training I)"
 #define NOT_CKPT "checkpoints are not in this version yet; nothing would be saved or loaded"
