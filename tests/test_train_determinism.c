@@ -1,0 +1,131 @@
+/* Training-level checks through the public API:
+ *  - two runs with the same seed give bitwise-identical losses and grad norms (CPU; and
+ *    CUDA in bf16 when a GPU is present);
+ *  - bf16 training on the GPU tracks the fp32 CPU loss curve of the tiny Llama model
+ *    (the golden fixture's shape) within 2% at every one of 200 steps. */
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "megatron.h"
+#include "tensor/backend.h"
+
+#define STEPS_CURVE 200
+#define STEPS_REPEAT 20
+
+/* The tiny Llama of tests/fixtures/golden/llama_config.json, on mock data. */
+static void tiny_llama(mc_config *c) {
+    mc_config_init(c);
+    c->model.num_layers = 2;
+    c->model.hidden_size = 64;
+    c->model.ffn_hidden_size = 96;
+    c->model.num_attention_heads = 4;
+    c->model.group_query_attention = true;
+    c->model.num_query_groups = 2;
+    c->model.seq_length = 64;
+    c->model.vocab_size = 256;
+    c->model.normalization = MC_NORM_RMSNORM;
+    c->model.position_embedding_type = MC_POS_ROPE;
+    c->model.swiglu = true;
+    c->model.add_bias_linear = false;
+    c->model.untie_embeddings_and_output_weights = true;
+    c->model.attention_dropout = 0.0f;
+    c->model.hidden_dropout = 0.0f;
+    c->data.mock_data = true;
+    c->data.tokenizer_type = MC_TOKENIZER_NULL;
+    c->train.micro_batch_size = 4;
+    c->train.global_batch_size = 8;
+    c->train.eval_iters = 0;
+    c->optim.lr = 3e-3;
+    c->optim.min_lr = 3e-4;
+    c->optim.lr_decay_style = MC_LR_COSINE;
+    c->optim.lr_warmup_iters = 10;
+    c->optim.adam_beta2 = 0.95f;
+    c->optim.weight_decay = 0.1f;
+    c->log.quiet = true;
+}
+
+/* Runs `steps` iterations; fills losses and grad norms. */
+static int train(mc_config *c, int steps, double *losses, double *norms) {
+    c->train.train_iters = steps;
+    mc_err err;
+    mc_trainer *t = mc_trainer_create(c, &err);
+    if (!t) {
+        CHECK(0, "%s", err.msg);
+        return -1;
+    }
+    for (int i = 0; i < steps; i++) {
+        mc_step_stats st;
+        if (mc_trainer_step(t, &st, &err) != MC_OK) {
+            CHECK(0, "step %d: %s", i + 1, err.msg);
+            mc_trainer_free(t);
+            return -1;
+        }
+        losses[i] = st.lm_loss;
+        norms[i] = st.grad_norm;
+    }
+    mc_trainer_free(t);
+    return 0;
+}
+
+static void repeat_bitwise(mc_device_choice dev, bool bf16) {
+    mc_config c;
+    tiny_llama(&c);
+    c.train.device = dev;
+    c.precision.bf16 = bf16;
+    c.train.deterministic_mode = true;
+    c.model.hidden_dropout = 0.1f; /* dropout draws must replay too */
+    c.model.attention_dropout = 0.1f;
+    double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
+    if (train(&c, STEPS_REPEAT, l1, n1) || train(&c, STEPS_REPEAT, l2, n2)) return;
+    for (int i = 0; i < STEPS_REPEAT; i++) {
+        CHECK(memcmp(&l1[i], &l2[i], sizeof(double)) == 0, "step %d loss %.17g vs %.17g", i + 1, l1[i], l2[i]);
+        CHECK(memcmp(&n1[i], &n2[i], sizeof(double)) == 0, "step %d grad norm %.17g vs %.17g", i + 1, n1[i], n2[i]);
+    }
+    CHECK(l1[STEPS_REPEAT - 1] < l1[0], "the loss did not go down (%.4f -> %.4f)", l1[0], l1[STEPS_REPEAT - 1]);
+}
+
+static void test_cpu_runs_are_bitwise_identical(void) { repeat_bitwise(MC_DEVICE_CPU_ONLY, false); }
+
+static void test_cuda_bf16_runs_are_bitwise_identical(void) {
+    if (!mc_backend_cuda_available()) {
+        printf("   (no GPU: skipped)\n");
+        return;
+    }
+    repeat_bitwise(MC_DEVICE_CUDA_ONLY, true);
+}
+
+static void test_cuda_bf16_tracks_cpu_fp32_curve(void) {
+    if (!mc_backend_cuda_available()) {
+        printf("   (no GPU: skipped)\n");
+        return;
+    }
+    static double lc[STEPS_CURVE], nc[STEPS_CURVE], lg[STEPS_CURVE], ng[STEPS_CURVE];
+    mc_config c;
+    tiny_llama(&c);
+    c.train.device = MC_DEVICE_CPU_ONLY;
+    if (train(&c, STEPS_CURVE, lc, nc)) return;
+    tiny_llama(&c);
+    c.train.device = MC_DEVICE_CUDA_ONLY;
+    c.precision.bf16 = true;
+    if (train(&c, STEPS_CURVE, lg, ng)) return;
+    double worst = 0;
+    int worst_step = 0;
+    for (int i = 0; i < STEPS_CURVE; i++) {
+        double rel = fabs(lg[i] - lc[i]) / lc[i];
+        if (rel > worst) {
+            worst = rel;
+            worst_step = i + 1;
+        }
+    }
+    printf("   fp32 CPU loss %.4f -> %.4f, bf16 CUDA %.4f -> %.4f; worst step %d: %.3f%%\n", lc[0],
+           lc[STEPS_CURVE - 1], lg[0], lg[STEPS_CURVE - 1], worst_step, 100 * worst);
+    CHECK(worst < 0.02, "bf16 differs from fp32 by %.3f%% at step %d", 100 * worst, worst_step);
+}
+
+int main(void) {
+    RUN(test_cpu_runs_are_bitwise_identical);
+    RUN(test_cuda_bf16_runs_are_bitwise_identical);
+    RUN(test_cuda_bf16_tracks_cpu_fp32_curve);
+    return check_summary();
+}
