@@ -9,6 +9,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct mc_backend;
 
 #define MC_ARENA_ALIGN 256 /* bytes: enough for 16-byte vector loads and TMA descriptors */
@@ -33,5 +37,9 @@ void *mc_arena_alloc(mc_arena *a, size_t bytes);
 /* Marks and releases for scoped temporaries. */
 static inline size_t mc_arena_mark(const mc_arena *a) { return a->used; }
 void mc_arena_release(mc_arena *a, size_t mark);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

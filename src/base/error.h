@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #ifndef MC_ERR_TYPE_DEFINED
 #define MC_ERR_TYPE_DEFINED
 enum { MC_OK = 0, MC_ERR = -1 };
@@ -22,6 +26,12 @@ typedef struct mc_err {
 /* Exit code for errors in the user's input (flags, files, shapes). */
 #define MC_EXIT_USAGE 2
 
+#ifdef __cplusplus
+#define MC_NORETURN [[noreturn]]
+#else
+#define MC_NORETURN _Noreturn
+#endif
+
 /* Formats the message into err (if non-NULL) and returns MC_ERR, so a caller writes
  * `return mc_err_set(err, "--seq-length: must be positive, got %d", s);` */
 int mc_err_set(mc_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -29,9 +39,9 @@ int mc_err_set(mc_err *err, const char *fmt, ...) __attribute__((format(printf, 
 int mc_err_prefix(mc_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prints "megatron-c: error: <msg>" and exits with MC_EXIT_USAGE. */
-_Noreturn void mc_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+MC_NORETURN void mc_die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-_Noreturn void mc_assert_fail(const char *expr, const char *file, int line, const char *fmt, ...);
+MC_NORETURN void mc_assert_fail(const char *expr, const char *file, int line, const char *fmt, ...);
 
 /* Invariant check: always on, also in release builds (they are cheap next to the math). */
 #define MC_ASSERT(cond, ...)                                                         \
@@ -50,5 +60,9 @@ void *mc_xmalloc(size_t bytes);
 void *mc_xcalloc(size_t n, size_t size);
 void *mc_xrealloc(void *p, size_t bytes);
 char *mc_xstrdup(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { MC_LOG_DEBUG = 0, MC_LOG_INFO = 1, MC_LOG_WARN = 2, MC_LOG_QUIET = 3 } mc_log_level;
 
 void mc_log_set_rank(int rank, int world_size);
@@ -22,5 +26,9 @@ void mc_log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "2026-12-01 12:34:56.123456" (Megatron's %Y-%m-%d %H:%M:%S.%f), into buf (>= 32 bytes). */
 void mc_log_timestamp(char *buf, int size);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -14,6 +14,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #ifdef __CUDACC__
 #define MC_HOSTDEV __host__ __device__ __forceinline__
 #else
@@ -62,5 +66,9 @@ double mc_philox_normal(uint64_t seed, uint64_t stream, uint64_t index);
 
 /* A stable 64-bit stream id for a name (FNV-1a), e.g. a parameter's global name. */
 uint64_t mc_stream_of_name(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -30,6 +30,7 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
     be->zero(be, o->exp_avg, bytes);
     be->zero(be, o->exp_avg_sq, bytes);
     o->segments = mc_xcalloc((size_t)m->nparams, sizeof(mc_adamw_segment));
+    o->norm_segments = mc_xcalloc((size_t)m->nparams, sizeof(mc_adamw_segment));
     return MC_OK;
 }
 
@@ -39,29 +40,29 @@ void mc_optimizer_free(mc_optimizer *o) {
     o->be->free(o->be, o->exp_avg);
     o->be->free(o->be, o->exp_avg_sq);
     free(o->segments);
+    free(o->norm_segments);
     memset(o, 0, sizeof *o);
 }
 
-/* Sum of squares over this rank's parameters of `buf`, skipping tensor-parallel
- * duplicates on ranks other than TP rank 0, then summed over the model-parallel group. */
-static double global_sumsq(mc_optimizer *o, void *buf, mc_dtype dt) {
+/* Sum of squares over this rank's parameters of an F32 buffer in the model's layout,
+ * skipping tensor-parallel duplicates on ranks other than TP rank 0, then summed over the
+ * model-parallel group. */
+static double global_sumsq(mc_optimizer *o, const float *buf) {
     mc_model *m = o->model;
-    double local = 0.0;
+    int n = 0;
     for (int i = 0; i < m->nparams; i++) {
         const mc_param *p = &m->params[i];
         if (p->split == MC_TP_REPLICATED && m->tp_rank != 0) continue;
-        mc_tensor v = mc_tensor_1d((char *)buf + (size_t)p->offset * mc_dtype_size(dt), dt, p->numel);
-        local += o->be->sumsq(o->be, &v);
+        o->norm_segments[n++] = (mc_adamw_segment){.offset = p->offset, .count = p->numel};
     }
+    double local = o->be->sumsq_segments(o->be, buf, o->norm_segments, n);
     mc_comm_all_reduce_host_f64(&m->comm->mp, &local, 1, MC_REDUCE_SUM);
     return local;
 }
 
-double mc_optimizer_grad_norm(mc_optimizer *o) {
-    return sqrt(global_sumsq(o, o->model->grad_buf, o->model->grad_dtype));
-}
+double mc_optimizer_grad_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->model->grad_buf)); }
 
-double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master, MC_F32)); }
+double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master)); }
 
 int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     mc_model *m = o->model;

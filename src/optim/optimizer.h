@@ -19,6 +19,7 @@ typedef struct mc_optimizer {
     bool owns_master;
     float *exp_avg, *exp_avg_sq;
     mc_adamw_segment *segments; /* one per parameter */
+    mc_adamw_segment *norm_segments; /* the parameters counted in norms on this rank */
     int64_t step;         /* optimizer steps taken */
 } mc_optimizer;
 

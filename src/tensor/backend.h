@@ -23,6 +23,10 @@
 
 #include "tensor/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device_kind;
 
 /* Causal self-attention over a packed QKV activation.
@@ -185,6 +189,9 @@ struct mc_backend {
     void (*adamw)(mc_backend *, const mc_adamw_desc *d);
     /* Sum of squares of a F32 buffer, accumulated in double, returned to the host. */
     double (*sumsq)(mc_backend *, const mc_tensor *x);
+    /* Sum of squares over several ranges of one flat F32 buffer (the segments' offset and
+     * count; weight_decay ignored), in one pass and one host round trip. */
+    double (*sumsq_segments)(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
     /* Number of exact zeros in a F32 buffer (--log-num-zeros-in-grad). */
     int64_t (*count_zeros)(mc_backend *, const mc_tensor *x);
 
@@ -199,5 +206,9 @@ struct mc_err;
 mc_backend *mc_backend_cuda_create(int device, struct mc_err *err);
 /* Whether this build has CUDA and a GPU is visible. */
 bool mc_backend_cuda_available(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

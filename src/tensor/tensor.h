@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum {
     MC_F32 = 0,
     MC_BF16,
@@ -58,5 +62,9 @@ static inline bool mc_tensor_present(const mc_tensor *t) { return t && t->data !
 /* bf16 <-> f32 on the host (round to nearest even), for tests and conversion. */
 uint16_t mc_f32_to_bf16(float f);
 float mc_bf16_to_f32(uint16_t b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

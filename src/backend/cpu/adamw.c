@@ -119,6 +119,13 @@ double mc_cpu_sumsq(mc_backend *be, const mc_tensor *x) {
     return x->dtype == MC_F32 ? sumsq_f32(x->data, n) : sumsq_f64(x->data, n);
 }
 
+double mc_cpu_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_segment *segments, int nsegments) {
+    (void)be;
+    double total = 0.0;
+    for (int i = 0; i < nsegments; i++) total += sumsq_f32(buf + segments[i].offset, segments[i].count);
+    return total;
+}
+
 int64_t mc_cpu_count_zeros(mc_backend *be, const mc_tensor *x) {
     (void)be;
     mc_cpu_check_real("count_zeros", "x", x);

@@ -247,6 +247,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->xent_loss_grad = mc_cpu_xent_loss_grad;
     be->adamw = mc_cpu_adamw;
     be->sumsq = mc_cpu_sumsq;
+    be->sumsq_segments = mc_cpu_sumsq_segments;
     be->count_zeros = mc_cpu_count_zeros;
 
     be->destroy = cpu_destroy;

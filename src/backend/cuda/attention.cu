@@ -1,0 +1,181 @@
+/* attention.cu: the CUDA attention entries (cuda_attention.h): operand checks, the choice
+ * of kernel, the backward workspace, and the one small kernel both paths share,
+ * D = rowsum(dO * O).
+ *
+ * Kernel choice:
+ *   - BF16 with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
+ *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
+ *   - everything else (F32, other head dims up to 256): the simple tiled kernels of
+ *     attention_simple.cu, F32 math (they are what the F32 CPU-equivalence tests run).
+ * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
+ * wrong result between the two paths).
+ *
+ * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/attention_internal.h"
+#include "backend/cuda/cuda_attention.h"
+
+/* ---------------------------------------------------------------- D = rowsum(dO * O) */
+
+/* One warp per (s, b, h) row of out; D is [B, H, S]. */
+template <typename T>
+__global__ void __launch_bounds__(256) attn_rowdot_kernel(attn_geom g, float *D, const T *dout, const T *out) {
+    const int64_t nrows = (int64_t)g.S * g.B * g.H;
+    const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= nrows) return; /* whole warps leave together: row is warp-uniform */
+    const int h = (int)(row % g.H);
+    const int b = (int)((row / g.H) % g.B);
+    const int64_t s = row / ((int64_t)g.H * g.B);
+    const T *o = out + row * g.d, *dO = dout + row * g.d;
+    float acc = 0.0f;
+    for (int c = lane; c < g.d; c += 32) acc += attn_load(dO + c) * attn_load(o + c);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) D[attn_row_off(g, s, b, h)] = acc;
+}
+
+template <typename T>
+static void attn_launch_rowdot(cudaStream_t st, const attn_geom &g, float *D, const T *dout, const T *out) {
+    const int64_t nrows = (int64_t)g.S * g.B * g.H;
+    const int64_t blocks = (nrows + 7) / 8;
+    MC_ASSERT(blocks <= INT_MAX, "cuda attention: %lld rows is too many", (long long)nrows);
+    attn_rowdot_kernel<T><<<(unsigned)blocks, 256, 0, st>>>(g, D, dout, out);
+    ATTN_CHECK_LAUNCH("attn_rowdot_kernel");
+}
+
+void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out) {
+    attn_launch_rowdot<float>(st, g, D, dout, out);
+}
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, const __nv_bfloat16 *dout,
+                             const __nv_bfloat16 *out) {
+    attn_launch_rowdot<__nv_bfloat16>(st, g, D, dout, out);
+}
+
+/* ---------------------------------------------------------------- checks and dispatch */
+
+static void attn_check_tensor(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t numel) {
+    MC_ASSERT(t && t->data, "cuda %s: %s is missing", op, name);
+    MC_ASSERT(t->dtype == dt, "cuda %s: %s is %s, expected %s", op, name, mc_dtype_name(t->dtype), mc_dtype_name(dt));
+    MC_ASSERT(mc_tensor_numel(t) == numel, "cuda %s: %s has %lld elements, expected %lld", op, name,
+              (long long)mc_tensor_numel(t), (long long)numel);
+}
+
+/* Checks the descriptor and qkv; returns the geometry. */
+static attn_geom attn_geometry(const char *op, const mc_attn_desc *d, const mc_tensor *qkv) {
+    MC_ASSERT(d, "cuda %s: no descriptor", op);
+    MC_ASSERT(d->seq > 0 && d->batch > 0 && d->head_dim > 0, "cuda %s: seq %lld, batch %lld, head_dim %d must be positive",
+              op, (long long)d->seq, (long long)d->batch, d->head_dim);
+    MC_ASSERT(d->seq <= INT_MAX / 2 && d->batch <= INT_MAX / 2, "cuda %s: seq %lld or batch %lld is too large", op,
+              (long long)d->seq, (long long)d->batch);
+    MC_ASSERT(d->heads > 0 && d->groups > 0 && d->heads % d->groups == 0,
+              "cuda %s: heads %d must be a positive multiple of groups %d", op, d->heads, d->groups);
+    MC_ASSERT(d->dropout >= 0.0f && d->dropout < 1.0f, "cuda %s: dropout %g is outside [0, 1)", op, (double)d->dropout);
+    MC_ASSERT(d->head_dim <= ATTN_SIMPLE_MAX_D, "cuda %s: head_dim %d is above the supported %d", op, d->head_dim,
+              ATTN_SIMPLE_MAX_D);
+    MC_ASSERT(qkv && qkv->data, "cuda %s: qkv is missing", op);
+    MC_ASSERT(qkv->dtype == MC_F32 || qkv->dtype == MC_BF16, "cuda %s: qkv is %s; F32 and BF16 are supported", op,
+              mc_dtype_name(qkv->dtype));
+    attn_geom g;
+    memset(&g, 0, sizeof g);
+    g.S = (int)d->seq;
+    g.B = (int)d->batch;
+    g.H = d->heads;
+    g.G = d->groups;
+    g.hpg = d->heads / d->groups;
+    g.d = d->head_dim;
+    g.ts = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
+    g.row_stride = g.ts * g.B;
+    g.scale = d->softmax_scale;
+    g.scale_log2 = d->softmax_scale * ATTN_LOG2E;
+    g.dropout = d->dropout;
+    g.keep_scale = 1.0f / (1.0f - d->dropout);
+    g.seed = d->seed;
+    g.stream = d->stream;
+    attn_check_tensor(op, "qkv", qkv, qkv->dtype, d->seq * d->batch * g.ts);
+    if (mc_tensor_present(&d->seg_start)) {
+        attn_check_tensor(op, "seg_start", &d->seg_start, MC_I32, d->seq * d->batch);
+        g.seg = (const int32_t *)d->seg_start.data;
+    }
+    return g;
+}
+
+static bool attn_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static bool attn_force_simple(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("MC_ATTN_SIMPLE");
+        cached = (e && e[0] && strcmp(e, "0") != 0) ? 1 : 0;
+    }
+    return cached == 1;
+}
+
+/* The tensor-core path: BF16, d in {64, 128}, every operand 16-byte aligned (the kernels
+ * move 16-byte chunks; with d a multiple of 8 every row then starts aligned too). */
+static bool attn_use_mma(const attn_geom &g, mc_dtype dt, const void *a, const void *b, const void *c, const void *e) {
+    if (dt != MC_BF16 || !attn_mma_supported(g.d) || attn_force_simple()) return false;
+    return attn_aligned16(a) && attn_aligned16(b) && (!c || attn_aligned16(c)) && (!e || attn_aligned16(e));
+}
+
+extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                                      const mc_attn_desc *d) {
+    const char *op = "attention_fwd";
+    const attn_geom g = attn_geometry(op, d, qkv);
+    const mc_dtype dt = qkv->dtype;
+    attn_check_tensor(op, "out", out, dt, d->seq * d->batch * d->heads * d->head_dim);
+    attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
+    if (dt == MC_F32) {
+        attn_simple_fwd_f32(stream, g, (float *)out->data, (float *)lse->data, (const float *)qkv->data);
+    } else if (attn_use_mma(g, dt, qkv->data, out->data, NULL, NULL)) {
+        attn_mma_fwd(stream, g, (__nv_bfloat16 *)out->data, (float *)lse->data, (const __nv_bfloat16 *)qkv->data);
+    } else {
+        attn_simple_fwd_bf16(stream, g, (__nv_bfloat16 *)out->data, (float *)lse->data,
+                             (const __nv_bfloat16 *)qkv->data);
+    }
+}
+
+static size_t attn_d_bytes(const mc_attn_desc *d) {
+    const size_t n = (size_t)d->batch * (size_t)d->heads * (size_t)d->seq * sizeof(float);
+    return (n + 255) / 256 * 256;
+}
+
+extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype) {
+    (void)dtype; /* both paths keep only D */
+    MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
+    return attn_d_bytes(d);
+}
+
+extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
+                                      const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
+                                      const mc_tensor *lse, const mc_attn_desc *d) {
+    const char *op = "attention_bwd";
+    const attn_geom g = attn_geometry(op, d, qkv);
+    const mc_dtype dt = qkv->dtype;
+    const int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
+    attn_check_tensor(op, "dqkv", dqkv, dt, mc_tensor_numel(qkv));
+    attn_check_tensor(op, "dout", dout, dt, nout);
+    attn_check_tensor(op, "out", out, dt, nout);
+    attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
+    MC_ASSERT(workspace && workspace_bytes >= attn_d_bytes(d), "cuda %s: workspace of %zu bytes, %zu needed", op,
+              workspace_bytes, attn_d_bytes(d));
+    MC_ASSERT(dqkv->data != qkv->data, "cuda %s: dqkv must not alias qkv", op);
+    float *D = (float *)workspace;
+    if (dt == MC_F32) {
+        attn_launch_rowdot_f32(stream, g, D, (const float *)dout->data, (const float *)out->data);
+        attn_simple_bwd_f32(stream, g, (float *)dqkv->data, (const float *)dout->data, (const float *)qkv->data,
+                            (const float *)lse->data, D);
+        return;
+    }
+    const __nv_bfloat16 *dO = (const __nv_bfloat16 *)dout->data, *O = (const __nv_bfloat16 *)out->data,
+                        *x = (const __nv_bfloat16 *)qkv->data;
+    __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
+    attn_launch_rowdot_bf16(stream, g, D, dO, O);
+    if (attn_use_mma(g, dt, x, dx, dO, NULL))
+        attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D);
+    else
+        attn_simple_bwd_bf16(stream, g, dx, dO, x, (const float *)lse->data, D);
+}

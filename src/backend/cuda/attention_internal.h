@@ -1,0 +1,138 @@
+/* attention_internal.h: private to the CUDA attention files (attention*.cu). The geometry
+ * every attention kernel receives by value, the index helpers for the packed QKV layout,
+ * the Philox dropout draw, the launch check, and the launchers each file provides.
+ *
+ * Layouts (t = s * B + b, sequence first; see tensor/backend.h):
+ *   qkv  [S, B, G, hpg + 2, d]: token t's group g holds hpg query heads, its key, its value
+ *   out  [S, B, H, d],  lse [B, H, S] F32,  seg_start [B, S] I32 (optional)
+ *   D    [B, H, S] F32 (backward workspace: D_i = dO_i . O_i)
+ * Query i of batch b, head h attends keys j with lo_i <= j <= i, lo_i = seg_start[b, i]
+ * (0 when absent), in kv group h / hpg. */
+#ifndef MC_BACKEND_CUDA_ATTENTION_INTERNAL_H
+#define MC_BACKEND_CUDA_ATTENTION_INTERNAL_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/philox.h"
+
+/* Everything a kernel needs to know about the problem, passed by value. */
+struct attn_geom {
+    int S, B, H, G, hpg, d;
+    int64_t ts;          /* token stride of qkv in elements: (H + 2 G) d */
+    int64_t row_stride;  /* elements between positions s and s + 1 of qkv: B ts */
+    float scale;         /* softmax scale */
+    float scale_log2;    /* scale * log2(e): scores in the exp2 domain */
+    float dropout;       /* p, 0 <= p < 1 */
+    float keep_scale;    /* 1 / (1 - p), computed in float exactly as the CPU reference */
+    uint64_t seed, stream;
+    const int32_t *seg;  /* [B, S] device pointer, or NULL */
+};
+
+#define ATTN_LOG2E 1.4426950408889634f
+#define ATTN_LN2 0.6931471805599453f
+
+/* Element offsets into qkv of position s, batch b: query head h, the key and the value of
+ * group g. */
+__device__ __forceinline__ int64_t attn_q_off(const attn_geom &g, int64_t s, int b, int h) {
+    const int grp = h / g.hpg, hh = h - grp * g.hpg;
+    return s * g.row_stride + (int64_t)b * g.ts + (int64_t)(grp * (g.hpg + 2) + hh) * g.d;
+}
+__device__ __forceinline__ int64_t attn_k_off(const attn_geom &g, int64_t s, int b, int grp) {
+    return s * g.row_stride + (int64_t)b * g.ts + (int64_t)(grp * (g.hpg + 2) + g.hpg) * g.d;
+}
+__device__ __forceinline__ int64_t attn_v_off(const attn_geom &g, int64_t s, int b, int grp) {
+    return attn_k_off(g, s, b, grp) + g.d;
+}
+/* out [S, B, H, d] */
+__device__ __forceinline__ int64_t attn_o_off(const attn_geom &g, int64_t s, int b, int h) {
+    return ((s * g.B + b) * g.H + h) * (int64_t)g.d;
+}
+/* lse and D [B, H, S] */
+__device__ __forceinline__ int64_t attn_row_off(const attn_geom &g, int64_t s, int b, int h) {
+    return ((int64_t)b * g.H + h) * g.S + s;
+}
+/* The first key query i may attend to, clamped to [0, i] (the CPU reference asserts that
+ * range; a value outside it must not make a row empty, which would divide by zero). */
+__device__ __forceinline__ int attn_seg_lo(const attn_geom &g, int b, int i) {
+    if (!g.seg) return 0;
+    int lo = g.seg[(int64_t)b * g.S + i];
+    return lo < 0 ? 0 : (lo > i ? i : lo);
+}
+/* Philox element index of (b, h, i, j): ((b H + h) S + i) S + j. */
+__device__ __forceinline__ uint64_t attn_drop_index(const attn_geom &g, int b, int h, int i, int j) {
+    return ((((uint64_t)b * (uint64_t)g.H + (uint64_t)h) * (uint64_t)g.S + (uint64_t)i) * (uint64_t)g.S) + (uint64_t)j;
+}
+/* The dropout factor of one element: keep_scale when kept, 0 when dropped. */
+__device__ __forceinline__ float attn_drop_factor(const attn_geom &g, uint64_t idx) {
+    return mc_philox_uniform(g.seed, g.stream, idx) >= g.dropout ? g.keep_scale : 0.0f;
+}
+/* The factors of elements idx and idx + 1 with one Philox block when they share one. */
+__device__ __forceinline__ void attn_drop_factor2(const attn_geom &g, uint64_t idx, float &z0, float &z1) {
+    const uint64_t blk = idx >> 2;
+    const int w = (int)(idx & 3);
+    const mc_philox_out o = mc_philox4x32_10(g.seed, (uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)g.stream,
+                                             (uint32_t)(g.stream >> 32));
+    uint32_t b0, b1;
+    if (w == 3) {
+        b0 = o.v[3];
+        const uint64_t nb = blk + 1;
+        b1 = mc_philox4x32_10(g.seed, (uint32_t)nb, (uint32_t)(nb >> 32), (uint32_t)g.stream, (uint32_t)(g.stream >> 32))
+                 .v[0];
+    } else {
+        b0 = o.v[w];
+        b1 = o.v[w + 1];
+    }
+    const float u0 = (float)(b0 >> 8) * (1.0f / 16777216.0f), u1 = (float)(b1 >> 8) * (1.0f / 16777216.0f);
+    z0 = u0 >= g.dropout ? g.keep_scale : 0.0f;
+    z1 = u1 >= g.dropout ? g.keep_scale : 0.0f;
+}
+
+__device__ __forceinline__ float attn_load(const float *p) { return *p; }
+__device__ __forceinline__ float attn_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void attn_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void attn_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Every launch is checked at once, naming the kernel (launch-configuration errors; faults
+ * inside a kernel surface at the next synchronizing call). */
+#define ATTN_CHECK_LAUNCH(name)                                                                            \
+    do {                                                                                                   \
+        cudaError_t e_ = cudaGetLastError();                                                               \
+        MC_ASSERT(e_ == cudaSuccess, "cuda attention: launch of %s failed: %s", name, cudaGetErrorString(e_)); \
+    } while (0)
+#define ATTN_CUDA(call)                                                                                    \
+    do {                                                                                                   \
+        cudaError_t e_ = (call);                                                                           \
+        MC_ASSERT(e_ == cudaSuccess, "cuda attention: %s failed: %s", #call, cudaGetErrorString(e_));      \
+    } while (0)
+
+static inline int attn_cdiv(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+
+/* ---- launchers (each file's entry points) ---- */
+
+/* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32 or BF16 dO and O. */
+void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out);
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, const __nv_bfloat16 *dout,
+                             const __nv_bfloat16 *out);
+
+/* attention_simple.cu: the simple tiled kernels (any d <= ATTN_SIMPLE_MAX_D), F32 math on F32
+ * or BF16 data. */
+#define ATTN_SIMPLE_MAX_D 256
+void attn_simple_fwd_f32(cudaStream_t st, const attn_geom &g, float *out, float *lse, const float *qkv);
+void attn_simple_fwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse,
+                          const __nv_bfloat16 *qkv);
+void attn_simple_bwd_f32(cudaStream_t st, const attn_geom &g, float *dqkv, const float *dout, const float *qkv,
+                         const float *lse, const float *D);
+void attn_simple_bwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                          const __nv_bfloat16 *qkv, const float *lse, const float *D);
+
+/* attention_bf16_fwd.cu / attention_bf16_bwd.cu: tensor-core kernels for d = 64 and 128;
+ * the caller checked d and 16-byte alignment. */
+bool attn_mma_supported(int d);
+void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
+void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                  const __nv_bfloat16 *qkv, const float *lse, const float *D);
+
+#endif

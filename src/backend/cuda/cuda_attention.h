@@ -1,0 +1,34 @@
+/* cuda_attention.h: causal flash attention on the GPU (the attention entries of the CUDA
+ * backend). Semantics are exactly mc_backend.attention_fwd/bwd (tensor/backend.h): packed
+ * per-group QKV [S, B, groups, heads/groups + 2, d], output [S, B, heads, d], lse
+ * [B, heads, S] F32, GQA, optional seg_start, dropout on probabilities from Philox with the
+ * element index ((b*heads + h)*S + i)*S + j. F32 and BF16 activations (F32 accumulation).
+ * Every launch goes on `stream`; nothing is allocated here. */
+#ifndef MC_BACKEND_CUDA_ATTENTION_H
+#define MC_BACKEND_CUDA_ATTENTION_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "tensor/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                           const mc_attn_desc *d);
+
+/* Scratch bytes attention_bwd needs for this shape and dtype (e.g. D = rowsum(dO * O)). */
+size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype);
+
+/* dqkv fully overwritten; deterministic (no floating-point atomics). */
+void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
+                           const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse,
+                           const mc_attn_desc *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,398 @@
+/* cuda_backend.cu: the CUDA backend's creation and teardown, its vtable, device memory
+ * with byte counters, the one compute stream, the scratch workspace, the segment-table
+ * upload, the device-error word, the operand checks, and the attention wiring (the
+ * attention kernels themselves live in attention*.cu behind cuda_attention.h).
+ *
+ * Streams: one non-blocking stream per backend; every op is asynchronous on it, in order.
+ * copy_h2d returns once the host buffer may be reused (async copy + stream sync), copy_d2h
+ * and sync block. Workspaces grow on demand (a synchronize, then a larger cudaMalloc) and
+ * never shrink, so the steady state allocates nothing. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_attention.h"
+
+enum { MC_CUDA_LT_WORKSPACE = 64 << 20 }; /* cuBLASLt workspace, bytes */
+
+/* ---- checks ---- */
+
+static const char *dtype_or_absent(const mc_tensor *t) { return (t && t->data) ? mc_dtype_name(t->dtype) : "absent"; }
+
+void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t) {
+    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cuda %s: operand %s is absent", op, name);
+    if (t->dtype != MC_F32 && t->dtype != MC_BF16)
+        mc_assert_fail("dtype F32 or BF16", __FILE__, __LINE__,
+                       "cuda %s: operand %s has dtype %s; the CUDA backend computes on F32 or BF16 activations", op,
+                       name, dtype_or_absent(t));
+}
+
+void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt) {
+    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cuda %s: operand %s is absent", op, name);
+    if (t->dtype != dt)
+        mc_assert_fail("dtype", __FILE__, __LINE__, "cuda %s: operand %s has dtype %s, expected %s", op, name,
+                       mc_dtype_name(t->dtype), mc_dtype_name(dt));
+}
+
+void mc_cuda_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols) {
+    if (mc_cuda_rows(t) != rows || mc_cuda_cols(t) != cols)
+        mc_assert_fail("shape", __FILE__, __LINE__,
+                       "cuda %s: operand %s is [%lld, %lld] (rows x last dim), expected [%lld, %lld]", op, name,
+                       (long long)mc_cuda_rows(t), (long long)mc_cuda_cols(t), (long long)rows, (long long)cols);
+}
+
+void mc_cuda_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
+    if (mc_tensor_numel(t) != n)
+        mc_assert_fail("numel", __FILE__, __LINE__, "cuda %s: operand %s has %lld elements, expected %lld", op, name,
+                       (long long)mc_tensor_numel(t), (long long)n);
+}
+
+void mc_cuda_check_f32_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
+    mc_cuda_check_dtype(op, name, t, MC_F32);
+    mc_cuda_check_numel(op, name, t, n);
+}
+
+/* ---- errors after launches and synchronizations ---- */
+
+static void report_device_errors(mc_cuda_state *st, const char *op) {
+    volatile int *e = st->err_host;
+    if (!e || e[0] == MC_CUDA_DEVERR_NONE) return;
+    int code = e[0], a = e[1], b = e[2], c = e[3];
+    if (code == MC_CUDA_DEVERR_ROPE_POS)
+        mc_assert_fail("position in table", __FILE__, __LINE__,
+                       "cuda rope (seen at %s): position %d of token %d is outside the table [0, %d)", op, b, a, c);
+    mc_assert_fail("device error", __FILE__, __LINE__, "cuda (seen at %s): device error code %d (%d, %d, %d)", op, code,
+                   a, b, c);
+}
+
+void mc_cuda_sync_checked(mc_cuda_state *st, const char *op) {
+    MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), op);
+    report_device_errors(st, op);
+}
+
+void mc_cuda_after_launch(mc_cuda_state *st, const char *op, const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        mc_assert_fail("kernel launch", file, line, "cuda %s: kernel launch failed: %s (%s)", op, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    if (st->debug_sync) {
+        e = cudaStreamSynchronize(st->stream);
+        if (e != cudaSuccess)
+            mc_assert_fail("kernel execution", file, line, "cuda %s: kernel failed: %s (%s)", op, cudaGetErrorString(e),
+                           cudaGetErrorName(e));
+        report_device_errors(st, op);
+    }
+}
+
+/* ---- workspace and segment tables ---- */
+
+void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op) {
+    if (bytes <= st->workspace_bytes && st->workspace) return st->workspace;
+    size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
+    if (want == 0) want = (size_t)1 << 20;
+    /* ops in flight may still read the old buffer */
+    MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), op);
+    if (st->workspace) MC_CUDA_CHECK(cudaFree(st->workspace), op);
+    st->workspace = NULL;
+    st->workspace_bytes = 0;
+    cudaError_t e = cudaMalloc(&st->workspace, want);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        mc_assert_fail("cudaMalloc", __FILE__, __LINE__,
+                       "cuda %s: out of device memory growing the workspace to %zu bytes (%s); free %zu of %zu bytes",
+                       op, want, cudaGetErrorString(e), free_b, total_b);
+    }
+    st->workspace_bytes = want;
+    return st->workspace;
+}
+
+void *mc_cuda_upload_table(mc_cuda_state *st, const void *host, size_t bytes, const char *op) {
+    if (bytes == 0) return st->seg_dev;
+    /* the previous upload from the pinned staging buffer must have completed */
+    if (st->seg_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->seg_event), op);
+    if (bytes > st->seg_host_bytes) {
+        size_t want = bytes * 2;
+        if (st->seg_host) MC_CUDA_CHECK(cudaFreeHost(st->seg_host), op);
+        st->seg_host = NULL;
+        MC_CUDA_CHECK(cudaMallocHost(&st->seg_host, want), op);
+        st->seg_host_bytes = want;
+    }
+    if (bytes > st->seg_dev_bytes) {
+        size_t want = bytes * 2;
+        MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), op); /* kernels may still read the old table */
+        if (st->seg_dev) MC_CUDA_CHECK(cudaFree(st->seg_dev), op);
+        st->seg_dev = NULL;
+        MC_CUDA_CHECK(cudaMalloc(&st->seg_dev, want), op);
+        st->seg_dev_bytes = want;
+    }
+    memcpy(st->seg_host, host, bytes);
+    MC_CUDA_CHECK(cudaMemcpyAsync(st->seg_dev, st->seg_host, bytes, cudaMemcpyHostToDevice, st->stream), op);
+    MC_CUDA_CHECK(cudaEventRecord(st->seg_event, st->stream), op);
+    st->seg_event_recorded = true;
+    return st->seg_dev;
+}
+
+/* ---- memory ---- */
+
+static void record_alloc(mc_cuda_state *st, void *p, size_t bytes) {
+    if (st->nallocs == st->cap_allocs) {
+        size_t cap = st->cap_allocs ? 2 * st->cap_allocs : 64;
+        st->allocs = (mc_cuda_alloc_rec *)mc_xrealloc(st->allocs, cap * sizeof(mc_cuda_alloc_rec));
+        st->cap_allocs = cap;
+    }
+    st->allocs[st->nallocs].ptr = p;
+    st->allocs[st->nallocs].bytes = bytes;
+    st->nallocs++;
+    st->allocated += bytes;
+    if (st->allocated > st->max_allocated) st->max_allocated = st->allocated;
+}
+
+static void *cuda_alloc(mc_backend *be, size_t bytes) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    size_t real = bytes ? bytes : 1; /* a present tensor needs a non-NULL pointer even when empty */
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, real);
+    if (e != cudaSuccess || !p) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError(); /* clear the (non-sticky) allocation error */
+        cudaMemGetInfo(&free_b, &total_b);
+        mc_assert_fail("cudaMalloc", __FILE__, __LINE__,
+                       "cuda alloc: out of device memory allocating %zu bytes (%s); device %d has %zu of %zu bytes free; "
+                       "this backend holds %zu bytes allocated (peak %zu) + %zu bytes of workspaces",
+                       bytes, cudaGetErrorString(e), st->device, free_b, total_b, st->allocated, st->max_allocated,
+                       st->workspace_bytes + st->lt_workspace_bytes);
+    }
+    record_alloc(st, p, bytes);
+    return p;
+}
+
+static void cuda_free(mc_backend *be, void *ptr) {
+    if (!ptr) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    size_t i = st->nallocs;
+    while (i > 0 && st->allocs[i - 1].ptr != ptr) i--; /* newest first: arenas free in reverse */
+    MC_ASSERT(i > 0, "cuda free: %p was not allocated by this backend", ptr);
+    i--;
+    /* kernels in flight may still use the memory; cudaFree does not wait for our stream */
+    MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), "free");
+    MC_CUDA_CHECK(cudaFree(ptr), "free");
+    st->allocated -= st->allocs[i].bytes;
+    st->allocs[i] = st->allocs[st->nallocs - 1];
+    st->nallocs--;
+}
+
+static void cuda_memory_stats(mc_backend *be, size_t *allocated, size_t *max_allocated, size_t *reserved) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    *allocated = st->allocated;
+    *max_allocated = st->max_allocated;
+    *reserved = st->allocated + st->workspace_bytes + st->lt_workspace_bytes + st->seg_dev_bytes +
+                sizeof(double) * MC_CUDA_RED_MAX_BLOCKS + 64;
+}
+
+static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "copy_h2d");
+    mc_cuda_sync_checked(st, "copy_h2d"); /* the caller may reuse src on return */
+}
+
+static void cuda_copy_d2h(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "copy_d2h");
+    mc_cuda_sync_checked(st, "copy_d2h");
+}
+
+static void cuda_copy_d2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream), "copy_d2d");
+}
+
+static void cuda_zero(mc_backend *be, void *dst, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, st->stream), "zero");
+}
+
+static void cuda_sync(mc_backend *be) { mc_cuda_sync_checked(mc_cuda_st(be), "sync"); }
+
+/* ---- attention (kernels by attention*.cu) ---- */
+
+static void cuda_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                               const mc_attn_desc *d) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_check_float("attention_fwd", "qkv", qkv);
+    mc_cuda_attention_fwd(st->stream, out, lse, qkv, d);
+    MC_CUDA_LAUNCHED(st, "attention_fwd");
+}
+
+static void cuda_attention_bwd(mc_backend *be, mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
+                               const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_check_float("attention_bwd", "qkv", qkv);
+    size_t bytes = mc_cuda_attention_bwd_workspace(d, qkv->dtype);
+    void *ws = bytes ? mc_cuda_workspace(st, bytes, "attention_bwd") : NULL;
+    mc_cuda_attention_bwd(st->stream, ws, bytes, dqkv, dout, qkv, out, lse, d);
+    MC_CUDA_LAUNCHED(st, "attention_bwd");
+}
+
+/* ---- the backend ---- */
+
+static void state_release(mc_cuda_state *st) {
+    if (!st) return;
+    if (st->stream) cudaStreamSynchronize(st->stream);
+    mc_cuda_gemm_cache_destroy(st);
+    for (size_t i = 0; i < st->nallocs; i++) cudaFree(st->allocs[i].ptr); /* what the caller did not free */
+    free(st->allocs);
+    if (st->lt) cublasLtDestroy(st->lt);
+    if (st->lt_workspace) cudaFree(st->lt_workspace);
+    if (st->workspace) cudaFree(st->workspace);
+    if (st->red_partials) cudaFree(st->red_partials);
+    if (st->red_result) cudaFree(st->red_result);
+    if (st->host_result) cudaFreeHost(st->host_result);
+    if (st->seg_host) cudaFreeHost(st->seg_host);
+    if (st->seg_dev) cudaFree(st->seg_dev);
+    if (st->seg_event) cudaEventDestroy(st->seg_event);
+    if (st->err_host) cudaFreeHost(st->err_host);
+    if (st->stream) cudaStreamDestroy(st->stream);
+    free(st);
+}
+
+static void cuda_destroy(mc_backend *be) {
+    if (!be) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    if (st) {
+        cudaError_t e = cudaSetDevice(st->device);
+        if (e != cudaSuccess)
+            fprintf(stderr, "megatron-c: warning: cuda destroy: cudaSetDevice(%d): %s\n", st->device, cudaGetErrorString(e));
+        state_release(st);
+    }
+    free(be);
+}
+
+extern "C" bool mc_backend_cuda_available(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+/* Sets *err and returns NULL after releasing what was built, on a failing runtime call. */
+#define CREATE_TRY(call)                                                                                  \
+    do {                                                                                                  \
+        cudaError_t e_ = (call);                                                                          \
+        if (e_ != cudaSuccess) {                                                                          \
+            mc_err_set(err, "--device cuda: %s failed on device %d: %s", #call, device, cudaGetErrorString(e_)); \
+            state_release(st);                                                                            \
+            return NULL;                                                                                  \
+        }                                                                                                 \
+    } while (0)
+
+extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count == 0) {
+        mc_err_set(err, "--device cuda: no CUDA device is visible (%s)",
+                   ce != cudaSuccess ? cudaGetErrorString(ce) : "cudaGetDeviceCount returned 0");
+        cudaGetLastError();
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        mc_err_set(err, "--device cuda: device %d does not exist (%d visible)", device, count);
+        return NULL;
+    }
+    mc_cuda_state *st = (mc_cuda_state *)mc_xcalloc(1, sizeof *st);
+    st->device = device;
+    CREATE_TRY(cudaSetDevice(device));
+    cudaDeviceProp prop;
+    CREATE_TRY(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 9) {
+        mc_err_set(err,
+                   "--device cuda: device %d (%s) has compute capability %d.%d; this build targets Hopper (sm_90) "
+                   "and newer",
+                   device, prop.name, prop.major, prop.minor);
+        state_release(st);
+        return NULL;
+    }
+    st->sm_count = prop.multiProcessorCount;
+    st->max_threads_per_sm = prop.maxThreadsPerMultiProcessor;
+    st->smem_optin = prop.sharedMemPerBlockOptin;
+    st->smem_per_sm = prop.sharedMemPerMultiprocessor;
+    const char *dbg = getenv("MC_CUDA_DEBUG_SYNC");
+    st->debug_sync = dbg && dbg[0] && strcmp(dbg, "0") != 0;
+
+    CREATE_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
+    CREATE_TRY(cudaEventCreateWithFlags(&st->seg_event, cudaEventDisableTiming));
+    cublasStatus_t bs = cublasLtCreate(&st->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        mc_err_set(err, "--device cuda: cublasLtCreate failed on device %d: %s", device, cublasLtGetStatusString(bs));
+        st->lt = NULL;
+        state_release(st);
+        return NULL;
+    }
+    CREATE_TRY(cudaMalloc(&st->lt_workspace, MC_CUDA_LT_WORKSPACE));
+    st->lt_workspace_bytes = MC_CUDA_LT_WORKSPACE;
+    CREATE_TRY(cudaMalloc((void **)&st->red_partials, sizeof(double) * MC_CUDA_RED_MAX_BLOCKS));
+    CREATE_TRY(cudaMalloc(&st->red_result, 64));
+    CREATE_TRY(cudaMallocHost(&st->host_result, 64));
+    CREATE_TRY(cudaHostAlloc((void **)&st->err_host, 4 * sizeof(int), cudaHostAllocMapped));
+    memset(st->err_host, 0, 4 * sizeof(int));
+    CREATE_TRY(cudaHostGetDevicePointer((void **)&st->err_dev, st->err_host, 0));
+
+    mc_backend *be = (mc_backend *)mc_xcalloc(1, sizeof *be);
+    be->name = "cuda";
+    be->device = MC_DEVICE_CUDA;
+    be->impl = st;
+
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->copy_h2d = cuda_copy_h2d;
+    be->copy_d2h = cuda_copy_d2h;
+    be->copy_d2d = cuda_copy_d2d;
+    be->zero = cuda_zero;
+    be->sync = cuda_sync;
+    be->convert = mc_cuda_convert;
+    be->fill = mc_cuda_fill;
+    be->init_normal = mc_cuda_init_normal;
+    be->memory_stats = cuda_memory_stats;
+
+    be->gemm = mc_cuda_gemm;
+    be->linear_fwd = mc_cuda_linear_fwd;
+    be->linear_bwd = mc_cuda_linear_bwd;
+    be->embedding_fwd = mc_cuda_embedding_fwd;
+    be->embedding_bwd = mc_cuda_embedding_bwd;
+    be->layernorm_fwd = mc_cuda_layernorm_fwd;
+    be->layernorm_bwd = mc_cuda_layernorm_bwd;
+    be->rmsnorm_fwd = mc_cuda_rmsnorm_fwd;
+    be->rmsnorm_bwd = mc_cuda_rmsnorm_bwd;
+    be->rope = mc_cuda_rope;
+    be->gelu_fwd = mc_cuda_gelu_fwd;
+    be->gelu_bwd = mc_cuda_gelu_bwd;
+    be->swiglu_fwd = mc_cuda_swiglu_fwd;
+    be->swiglu_bwd = mc_cuda_swiglu_bwd;
+    be->attention_fwd = cuda_attention_fwd;
+    be->attention_bwd = cuda_attention_bwd;
+    be->dropout_fwd = mc_cuda_dropout_fwd;
+    be->dropout_bwd = mc_cuda_dropout_bwd;
+    be->dropout_add_fwd = mc_cuda_dropout_add_fwd;
+    be->add_inplace = mc_cuda_add_inplace;
+    be->scale_inplace = mc_cuda_scale_inplace;
+    be->xent_rowmax = mc_cuda_xent_rowmax;
+    be->xent_stats = mc_cuda_xent_stats;
+    be->xent_loss_grad = mc_cuda_xent_loss_grad;
+    be->adamw = mc_cuda_adamw;
+    be->sumsq = mc_cuda_sumsq;
+    be->sumsq_segments = mc_cuda_sumsq_segments;
+    be->count_zeros = mc_cuda_count_zeros;
+
+    be->destroy = cuda_destroy;
+    return be;
+}

@@ -1,0 +1,344 @@
+/* cuda_internal.h: private to the CUDA backend (src/backend/cuda/). The backend state
+ * behind be->impl, the checked-call macros, the operand checks every op runs first, the
+ * scratch workspace, launch sizing, and the device helpers the kernels share (bf16/f16
+ * loads and stores in 16-byte packs, warp and block reductions).
+ *
+ * Conventions of the op files (gemm.cu, norm.cu, ...):
+ * - Every op checks its operands on the host first, exactly as the CPU backend does, and
+ *   aborts naming the op and the operand. Activations and weights are F32 or BF16 (one
+ *   dtype per op call); statistics, RoPE tables, masks and weight gradients are F32.
+ * - Every launch goes on the backend's one stream and is followed by MC_CUDA_LAUNCHED(op),
+ *   which checks cudaGetLastError (and, with MC_CUDA_DEBUG_SYNC=1 in the environment,
+ *   synchronizes and checks the kernel's own completion, naming the op).
+ * - Kernels compute in F32 and are templated on the element type T (float or
+ *   __nv_bfloat16); 16-byte vector paths are taken only when the host has checked the
+ *   alignment of every pointer and the divisibility of the row length.
+ * - No floating-point atomics anywhere: every reduction has a fixed order. */
+#ifndef MC_BACKEND_CUDA_INTERNAL_H
+#define MC_BACKEND_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "base/philox.h"
+#include "tensor/backend.h"
+#include "tensor/tensor.h"
+
+/* ---- checked calls: abort with the call, the op and the CUDA error ---- */
+#define MC_CUDA_CHECK(call, op)                                                                               \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess)                                                                                \
+            mc_assert_fail(#call, __FILE__, __LINE__, "cuda %s: %s failed: %s (%s)", (op), #call,             \
+                           cudaGetErrorString(e_), cudaGetErrorName(e_));                                     \
+    } while (0)
+
+#define MC_CUBLAS_CHECK(call, op)                                                                             \
+    do {                                                                                                      \
+        cublasStatus_t s_ = (call);                                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                      \
+            mc_assert_fail(#call, __FILE__, __LINE__, "cuda %s: %s failed: %s (%s)", (op), #call,             \
+                           cublasLtGetStatusString(s_), cublasLtGetStatusName(s_));                           \
+    } while (0)
+
+/* After every kernel launch (st is the mc_cuda_state of the op). */
+#define MC_CUDA_LAUNCHED(st, op) mc_cuda_after_launch((st), (op), __FILE__, __LINE__)
+
+/* Device-side invariant violations (no printf/assert in kernels): the first one is
+ * recorded in a host-mapped word and reported at the next synchronizing entry. */
+enum {
+    MC_CUDA_DEVERR_NONE = 0,
+    MC_CUDA_DEVERR_ROPE_POS = 1, /* a = token, b = position, c = table rows */
+};
+
+/* ---- backend state ---- */
+typedef struct mc_cuda_alloc_rec {
+    void *ptr;
+    size_t bytes;
+} mc_cuda_alloc_rec;
+
+struct mc_cuda_gemm_cache; /* gemm.cu */
+
+/* Partial sums of the deterministic reductions (sumsq, sumsq_segments): at most this many
+ * blocks, each writing one double. */
+enum { MC_CUDA_RED_MAX_BLOCKS = 2048 };
+
+typedef struct mc_cuda_state {
+    int device;
+    int sm_count;
+    int max_threads_per_sm;
+    size_t smem_optin;  /* largest dynamic shared memory one block may ask for */
+    size_t smem_per_sm; /* shared memory per multiprocessor */
+    cudaStream_t stream;
+    bool debug_sync; /* MC_CUDA_DEBUG_SYNC=1: synchronize and check after every launch */
+
+    /* cuBLASLt */
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    struct mc_cuda_gemm_cache *gemm;
+
+    /* scratch: grown on demand (first steps only), never shrunk */
+    void *workspace;
+    size_t workspace_bytes;
+
+    /* reductions: partials and result (device), result mirror (pinned host) */
+    double *red_partials; /* [MC_CUDA_RED_MAX_BLOCKS] */
+    void *red_result;     /* 64 bytes */
+    void *host_result;    /* 64 bytes, pinned */
+
+    /* segment tables (adamw, sumsq_segments): pinned staging + device copy */
+    void *seg_host, *seg_dev;
+    size_t seg_host_bytes, seg_dev_bytes;
+    cudaEvent_t seg_event; /* recorded after the last upload from seg_host */
+    bool seg_event_recorded;
+
+    /* device error word: host-mapped pinned int[4] */
+    int *err_host;
+    int *err_dev;
+
+    /* allocation records, for the byte counters */
+    mc_cuda_alloc_rec *allocs;
+    size_t nallocs, cap_allocs;
+    size_t allocated, max_allocated;
+} mc_cuda_state;
+
+static inline mc_cuda_state *mc_cuda_st(mc_backend *be) { return (mc_cuda_state *)be->impl; }
+
+/* cudaGetLastError after a launch; with debug_sync also a stream synchronize. */
+void mc_cuda_after_launch(mc_cuda_state *st, const char *op, const char *file, int line);
+/* Synchronizes the stream (naming op on failure) and reports device-side errors. */
+void mc_cuda_sync_checked(mc_cuda_state *st, const char *op);
+/* At least `bytes` of 256-byte aligned device scratch, valid until the next call (stream
+ * ordered, so consecutive ops may reuse it). Growing synchronizes once. */
+void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op);
+/* Uploads `bytes` of host data into the segment-table device buffer (through pinned
+ * staging, reused safely across calls); returns the device pointer. */
+void *mc_cuda_upload_table(mc_cuda_state *st, const void *host, size_t bytes, const char *op);
+
+/* Grid size for a grid-stride loop over `items` with `threads` per block: enough blocks
+ * to fill every multiprocessor once at full occupancy, no more than needed. */
+static inline unsigned mc_cuda_grid(const mc_cuda_state *st, int64_t items, int threads) {
+    int64_t need = (items + threads - 1) / threads;
+    int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / threads);
+    if (cap < 1) cap = 1;
+    if (need > cap) need = cap;
+    if (need < 1) need = 1;
+    return (unsigned)need;
+}
+
+static inline bool mc_cuda_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- operand checks: each aborts with the op's name and the operand's name ---- */
+static inline int64_t mc_cuda_cols(const mc_tensor *t) { return t->ndim > 0 ? t->shape[t->ndim - 1] : 1; }
+static inline int64_t mc_cuda_rows(const mc_tensor *t) {
+    int64_t c = mc_cuda_cols(t);
+    return c ? mc_tensor_numel(t) / c : 0;
+}
+/* present, and F32 or BF16 (the activation dtypes of this backend) */
+void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t);
+/* present, of dtype dt */
+void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt);
+/* seen as [rows, cols] (cols = last dim): exactly these */
+void mc_cuda_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols);
+void mc_cuda_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n);
+/* present, F32, n elements (statistics, masks, weight gradients) */
+void mc_cuda_check_f32_numel(const char *op, const char *name, const mc_tensor *t, int64_t n);
+
+/* ---- op entry points (the vtable's functions) ---- */
+/* gemm.cu */
+void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
+                  float alpha, float beta);
+void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
+void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                        const mc_tensor *x, const mc_tensor *w);
+void mc_cuda_gemm_cache_destroy(mc_cuda_state *st);
+/* embedding.cu */
+void mc_cuda_embedding_fwd(mc_backend *, mc_tensor *y, const mc_tensor *ids, const mc_tensor *table,
+                           int64_t vocab_start, bool accumulate);
+void mc_cuda_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy, const mc_tensor *ids,
+                           int64_t vocab_start);
+/* norm.cu */
+void mc_cuda_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
+                           const mc_tensor *w, const mc_tensor *b, float eps);
+void mc_cuda_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                           const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd);
+void mc_cuda_rmsnorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
+                         float eps);
+void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
+                         const mc_tensor *w, const mc_tensor *rstd);
+/* rope.cu */
+void mc_cuda_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
+/* activation.cu */
+void mc_cuda_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
+void mc_cuda_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
+void mc_cuda_swiglu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x);
+void mc_cuda_swiglu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
+/* dropout.cu */
+void mc_cuda_dropout_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);
+void mc_cuda_dropout_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, float p, uint64_t seed, uint64_t stream);
+void mc_cuda_dropout_add_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x, float p,
+                             uint64_t seed, uint64_t stream);
+void mc_cuda_add_inplace(mc_backend *, mc_tensor *y, const mc_tensor *x);
+void mc_cuda_scale_inplace(mc_backend *, mc_tensor *x, float s);
+/* xent.cu */
+void mc_cuda_xent_rowmax(mc_backend *, mc_tensor *rowmax, const mc_tensor *logits);
+void mc_cuda_xent_stats(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
+                        const mc_tensor *targets, int64_t vocab_start);
+void mc_cuda_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
+                            const mc_tensor *mask, int64_t vocab_start, float grad_scale);
+/* adamw.cu */
+void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
+double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);
+double mc_cuda_sumsq_segments(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
+int64_t mc_cuda_count_zeros(mc_backend *, const mc_tensor *x);
+/* init.cu */
+void mc_cuda_fill(mc_backend *, mc_tensor *x, double value);
+void mc_cuda_init_normal(mc_backend *, mc_tensor *p, uint64_t seed, uint64_t stream, double std,
+                         const int64_t *row_index, int64_t row_stride, int64_t col_offset);
+void mc_cuda_convert(mc_backend *, mc_tensor *dst, const mc_tensor *src);
+
+/* ======================= device helpers (kernels only) ======================= */
+#ifdef __CUDACC__
+
+/* Scalar loads and stores through F32. */
+__device__ __forceinline__ float mc_ld(const float *p) { return *p; }
+__device__ __forceinline__ float mc_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float mc_ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void mc_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void mc_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void mc_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* bf16 bit patterns <-> F32 (bf16 is the high half of a float). */
+__device__ __forceinline__ float mc_bf16lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float mc_bf16hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint32_t mc_bf16pair(float lo, float hi) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+
+/* Groups of 8 elements: 16 bytes of bf16 (one uint4) or 32 bytes of F32 (two float4).
+ * p must be 16-byte aligned. */
+__device__ __forceinline__ void mc_load8(const float *p, float v[8]) {
+    float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void mc_load8(const __nv_bfloat16 *p, float v[8]) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    v[0] = mc_bf16lo(u.x), v[1] = mc_bf16hi(u.x), v[2] = mc_bf16lo(u.y), v[3] = mc_bf16hi(u.y);
+    v[4] = mc_bf16lo(u.z), v[5] = mc_bf16hi(u.z), v[6] = mc_bf16lo(u.w), v[7] = mc_bf16hi(u.w);
+}
+__device__ __forceinline__ void mc_store8(float *p, const float v[8]) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void mc_store8(__nv_bfloat16 *p, const float v[8]) {
+    uint4 u;
+    u.x = mc_bf16pair(v[0], v[1]), u.y = mc_bf16pair(v[2], v[3]);
+    u.z = mc_bf16pair(v[4], v[5]), u.w = mc_bf16pair(v[6], v[7]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
+/* Group g = elements [8g, 8g + 8) of an n-element array: vectorized when VEC and the
+ * group is whole, element by element (zeros past n) otherwise. */
+template <typename T, bool VEC>
+__device__ __forceinline__ void mc_load_group(const T *p, int64_t i0, int64_t n, float v[8]) {
+    if (VEC && i0 + 8 <= n) {
+        mc_load8(p + i0, v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = i0 + k < n ? mc_ld(p + i0 + k) : 0.0f;
+    }
+}
+template <typename T, bool VEC>
+__device__ __forceinline__ void mc_store_group(T *p, int64_t i0, int64_t n, const float v[8]) {
+    if (VEC && i0 + 8 <= n) {
+        mc_store8(p + i0, v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (i0 + k < n) mc_st(p + i0 + k, v[k]);
+    }
+}
+
+__device__ __forceinline__ float mc_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double mc_warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float mc_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sums/max (blockDim.x a multiple of 32, at most 1024), the same value returned
+ * to every thread; the order of the additions is fixed. `red` is __shared__ scratch of 32
+ * entries per value; the function ends with a barrier, so it can be called again at once. */
+__device__ __forceinline__ float mc_block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = mc_warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = lane < nwarps ? red[lane] : 0.0f;
+    t = mc_warp_sum(t);
+    __syncthreads();
+    return t;
+}
+__device__ __forceinline__ double mc_block_sum_d(double v, double *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = mc_warp_sum_d(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double t = lane < nwarps ? red[lane] : 0.0;
+    t = mc_warp_sum_d(t);
+    __syncthreads();
+    return t;
+}
+__device__ __forceinline__ void mc_block_sum2(float &a, float &b, float *red_a, float *red_b) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    a = mc_warp_sum(a);
+    b = mc_warp_sum(b);
+    if (lane == 0) red_a[warp] = a, red_b[warp] = b;
+    __syncthreads();
+    float ta = lane < nwarps ? red_a[lane] : 0.0f, tb = lane < nwarps ? red_b[lane] : 0.0f;
+    a = mc_warp_sum(ta);
+    b = mc_warp_sum(tb);
+    __syncthreads();
+}
+__device__ __forceinline__ float mc_block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = mc_warp_max(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = lane < nwarps ? red[lane] : -INFINITY;
+    t = mc_warp_max(t);
+    __syncthreads();
+    return t;
+}
+
+/* Records the first device-side error (code and three details) in the mapped word. */
+__device__ __forceinline__ void mc_cuda_device_error(int *err, int code, int a, int b, int c) {
+    if (atomicCAS(err, 0, code) == 0) {
+        err[1] = a;
+        err[2] = b;
+        err[3] = c;
+        __threadfence_system();
+    }
+}
+
+#endif /* __CUDACC__ */
+
+#endif
