@@ -1,9 +1,9 @@
 /* data.h: the data pipeline as the trainer sees it.
  *
  * mc_data_open builds, once, everything Megatron builds before training: the low-level
- * dataset (mock data, an in-memory corpus, or a byte-tokenized text file), the
- * train/valid/test split, and one GPTDataset per split with Megatron's sample order for
- * --seed. mc_data_get_batch then only copies tokens and derives the masks: it does not
+ * datasets (mock data, an in-memory corpus, a byte-tokenized text file, or Megatron
+ * .bin/.idx files), the train/valid/test split, one GPTDataset per split and dataset
+ * with Megatron's sample order for --seed, and the blends over them. mc_data_get_batch then only copies tokens and derives the masks: it does not
  * allocate, and one mc_data may serve several threads reading different batches.
  *
  * The sampler is Megatron's MegatronPretrainingSampler (--dataloader-type single): in an
@@ -32,7 +32,7 @@
 
 typedef struct mc_data mc_data;
 
-/* Sources, one of (checked in this order; more than one set is an error):
+/* Sources, one of (more than one set is an error):
  *   cfg->data.mock_data          Megatron's mock data; NullTokenizer with --vocab-size V:
  *                                vocab V, eod V-1; split forced to "1,1,1";
  *   cfg->data.corpus_*           in-memory documents (borrowed: they must outlive the
@@ -40,10 +40,32 @@ typedef struct mc_data mc_data;
  *                                or 257/256 with tokenizer_type MC_TOKENIZER_BYTE;
  *   cfg->data.text_data_path     a text file, documents at blank lines, byte tokenizer
  *                                (vocab 257, eod 256);
- * split by cfg->data.split (default "969,30,1"). A num_samples <= 0 builds one epoch.
- * cfg->data.data_path (.bin/.idx) is not supported yet and is reported as such. */
+ *   cfg->data.data_path          Megatron .bin/.idx datasets, "[w1] prefix1 [w2] prefix2 ...",
+ *                                split by --split (Megatron's legacy default "969, 30, 1");
+ *                                several prefixes (or a weight) make a blend (blend.h);
+ *   cfg->data.{train,valid,test}_data_path
+ *                                one blend per split, each used whole (no --split).
+ * The .bin/.idx sources need --tokenizer-type for the vocabulary and the EOD id
+ * (NullTokenizer: --vocab-size V, eod V-1; ByteLevelTokenizer: 257/256; the others are
+ * opened from their files). A num_samples < 0 builds one epoch (Megatron's None), 0 too
+ * (Megatron's 0 gives one epoch as well, but the cache descriptions differ).
+ *
+ * Index cache: GPT datasets over .bin/.idx save and reuse Megatron's cache files
+ * (index_cache.h) under --data-cache-path, by default under "<prefix>/cache/GPTDataset_indices"
+ * as Megatron does; blends are cached only with --data-cache-path (as in Megatron). */
 int mc_data_open(mc_data **out, const mc_config *cfg, int64_t train_samples, int64_t valid_samples,
                  int64_t test_samples, mc_err *err);
+
+/* The same for one rank of several: rank 0 builds (or loads) every index cache, then all
+ * ranks meet in dist->barrier, then the other ranks load the caches rank 0 wrote. With
+ * dist == NULL this is mc_data_open (one rank). */
+typedef struct mc_data_dist {
+    int rank;
+    void (*barrier)(void *ctx);
+    void *ctx;
+} mc_data_dist;
+int mc_data_open_dist(mc_data **out, const mc_config *cfg, int64_t train_samples, int64_t valid_samples,
+                      int64_t test_samples, const mc_data_dist *dist, mc_err *err);
 void mc_data_close(mc_data *d);
 
 /* Fills out with samples first_index .. first_index+mbs-1 of `split` (MC_SPLIT_TRAIN,
@@ -55,8 +77,21 @@ int64_t mc_data_split_len(const mc_data *d, int split);
 int32_t mc_data_eod(const mc_data *d);
 int mc_data_vocab_size(const mc_data *d);
 int mc_data_seq_length(const mc_data *d);
-/* The GPT dataset behind a split (its three indices), for tests and diagnostics. */
+/* The GPT dataset behind a split (its three indices), for tests and diagnostics; for a
+ * blended split, its first component. An absent split is an empty dataset (len 0). */
 const mc_gpt_dataset *mc_data_split(const mc_data *d, int split);
+/* Blends: the number of component datasets of a split (0 for a split that is not a
+ * blend), component i, and the blend's dataset_index / dataset_sample_index arrays
+ * (length mc_data_split_len). */
+int mc_data_split_blend(const mc_data *d, int split, const int16_t **dataset_index,
+                        const int64_t **dataset_sample_index);
+const mc_gpt_dataset *mc_data_split_component(const mc_data *d, int split, int i);
+/* Sample idx of a split as seq_length + 1 raw tokens (what get_batch turns into a row). */
+void mc_data_get_sample(const mc_data *d, int split, int64_t idx, int32_t *out);
+/* Where the data comes from, for messages ("--mock-data", "--data-path PREFIX", ...). */
+const char *mc_data_source(const mc_data *d);
+/* How many GPT index caches were loaded and built by the last open (0/0 without caches). */
+void mc_data_cache_stats(const mc_data *d, int *loaded, int *built);
 /* The sequence range of the low-level dataset that a split uses. */
 void mc_data_split_range(const mc_data *d, int split, int64_t *begin, int64_t *end);
 

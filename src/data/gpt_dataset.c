@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/index_cache.h"
 #include "data/numpy_rng.h"
 
 /* add_extra_token_to_sequence: each sample reads one token more than seq_length so that
@@ -58,8 +59,8 @@ static void build_shuffle_index(int64_t *out, int64_t first, int64_t total, mc_m
     if (first < total) mc_mt19937_shuffle_i64(rs, out + first, total - first);
 }
 
-int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
-                         int64_t num_samples, int seq_length, uint64_t seed, mc_err *err) {
+int mc_gpt_dataset_plan(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
+                        int64_t num_samples, int seq_length, uint64_t seed, mc_err *err) {
     memset(ds, 0, sizeof *ds);
     if (seq_length < 1) return mc_err_set(err, "--seq-length: must be positive, got %d", seq_length);
     if (seed > 0xffffffffu)
@@ -78,7 +79,6 @@ int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_
     int64_t tokens = 0;
     for (int64_t i = seq_begin; i < seq_end; i++) tokens += ll->lengths[i];
     ds->tokens_per_epoch = tokens;
-    ds->sample_index = mc_xcalloc(2, sizeof *ds->sample_index); /* row 0 = (0, 0) */
     if (tokens <= EXTRA) {
         /* Megatron cannot build this (it loops or asserts); an empty split is len 0. */
         ds->num_epochs = 0;
@@ -104,13 +104,25 @@ int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_
         ds->separate_final_epoch = from_final < (int64_t)(0.80 * (double)per_epoch);
         ds->num_samples_sans_final_epoch = sans_final;
     }
+    ds->document_index_len = epochs * (seq_end - seq_begin);
+    ds->len = (epochs * tokens - EXTRA) / seq_length;
+    return MC_OK;
+}
+
+int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
+                         int64_t num_samples, int seq_length, uint64_t seed, mc_err *err) {
+    MC_TRY(mc_gpt_dataset_plan(ds, ll, seq_begin, seq_end, num_samples, seq_length, seed, err));
+    if (ds->num_epochs == 0) {
+        ds->sample_index = mc_xcalloc(2, sizeof *ds->sample_index); /* row 0 = (0, 0) */
+        return MC_OK;
+    }
+    int64_t epochs = ds->num_epochs;
 
     /* One RandomState, its draws consumed in Megatron's order: document index, then
      * shuffle index. */
     mc_mt19937 rs;
     mc_mt19937_seed(&rs, ds->seed);
     int64_t n = seq_end - seq_begin;
-    ds->document_index_len = epochs * n;
     ds->document_index = mc_xmalloc((size_t)ds->document_index_len * sizeof *ds->document_index);
     if (ds->separate_final_epoch) {
         build_document_index_part(ds->document_index, seq_begin, seq_end, epochs - 1, &rs);
@@ -119,14 +131,176 @@ int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_
         build_document_index_part(ds->document_index, seq_begin, seq_end, epochs, &rs);
     }
 
-    ds->len = (epochs * tokens - EXTRA) / seq_length;
-    free(ds->sample_index);
     ds->sample_index = mc_xmalloc((size_t)(ds->len + 1) * 2 * sizeof *ds->sample_index);
     build_sample_index(ds);
 
     ds->shuffle_index = mc_xmalloc((size_t)(ds->len ? ds->len : 1) * sizeof *ds->shuffle_index);
     build_shuffle_index(ds->shuffle_index, ds->separate_final_epoch ? ds->num_samples_sans_final_epoch : ds->len,
                         ds->len, &rs);
+    return MC_OK;
+}
+
+/* ---- the index cache ------------------------------------------------------------------- */
+
+static const char *const k_gpt_affixes[3] = {"document_index.npy", "sample_index.npy", "shuffle_index.npy"};
+
+/* Loads the three arrays into a planned dataset, checking them against the plan. */
+static int load_cached(mc_gpt_dataset *ds, const char *dir, const char *md5, const char *split, mc_err *err) {
+    mc_npy a[3] = {0};
+    char *path[3];
+    int rc = MC_ERR;
+    for (int i = 0; i < 3; i++) path[i] = mc_cache_path(dir, md5, "GPTDataset", split, k_gpt_affixes[i]);
+    for (int i = 0; i < 3; i++)
+        if (mc_npy_read(path[i], &a[i], err) != MC_OK) goto done;
+    int64_t n = ds->len;
+    if (strcmp(a[0].descr, "<i4") || a[0].ndim != 1 || a[0].shape[0] != ds->document_index_len) {
+        mc_err_set(err, "%s: expected int32 (%lld,), found %s of %lld elements", path[0],
+                   (long long)ds->document_index_len, a[0].descr, (long long)a[0].shape[0]);
+        goto done;
+    }
+    if ((strcmp(a[1].descr, "<i4") && strcmp(a[1].descr, "<i8")) || a[1].ndim != 2 || a[1].shape[0] != n + 1 ||
+        a[1].shape[1] != 2) {
+        mc_err_set(err, "%s: expected int32/int64 (%lld, 2), found %s (%lld, %lld)", path[1], (long long)(n + 1),
+                   a[1].descr, (long long)a[1].shape[0], a[1].ndim == 2 ? (long long)a[1].shape[1] : -1LL);
+        goto done;
+    }
+    if ((strcmp(a[2].descr, "<u4") && strcmp(a[2].descr, "<i8")) || a[2].ndim != 1 || a[2].shape[0] != n) {
+        mc_err_set(err, "%s: expected uint32/int64 (%lld,), found %s of %lld elements", path[2], (long long)n,
+                   a[2].descr, (long long)a[2].shape[0]);
+        goto done;
+    }
+    ds->document_index = mc_xmalloc((size_t)(ds->document_index_len ? ds->document_index_len : 1) * 4);
+    memcpy(ds->document_index, a[0].data, (size_t)ds->document_index_len * 4);
+    ds->sample_index = mc_xmalloc((size_t)(n + 1) * 2 * sizeof *ds->sample_index);
+    ds->shuffle_index = mc_xmalloc((size_t)(n ? n : 1) * sizeof *ds->shuffle_index);
+    for (int64_t i = 0; i < ds->document_index_len; i++)
+        if (ds->document_index[i] < ds->seq_begin || ds->document_index[i] >= ds->seq_end) {
+            mc_err_set(err, "%s: entry %lld is sequence %d, outside this split's [%lld, %lld)", path[0], (long long)i,
+                       ds->document_index[i], (long long)ds->seq_begin, (long long)ds->seq_end);
+            goto done;
+        }
+    for (int64_t i = 0; i < 2 * (n + 1); i++) {
+        int64_t v = mc_npy_get(&a[1], i);
+        ds->sample_index[i] = v;
+        bool ok = i % 2 == 0 ? v >= 0 && v < ds->document_index_len
+                             : v == 0 || (v > 0 && v < ds->ll->lengths[ds->document_index[ds->sample_index[i - 1]]]);
+        if (!ok) {
+            mc_err_set(err, "%s: row %lld is out of range", path[1], (long long)(i / 2));
+            goto done;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = mc_npy_get(&a[2], i);
+        if (v < 0 || v >= n) {
+            mc_err_set(err, "%s: entry %lld is %lld, outside [0, %lld)", path[2], (long long)i, (long long)v,
+                       (long long)n);
+            goto done;
+        }
+        ds->shuffle_index[i] = v;
+    }
+    /* Every sample must still be seq_length + 1 tokens (a cache of another dataset whose
+     * description happened to match would fail here, not in the middle of training). */
+    for (int64_t j = 0; j < n; j++) {
+        int64_t beg = ds->sample_index[2 * j], beg_off = ds->sample_index[2 * j + 1];
+        int64_t end = ds->sample_index[2 * j + 2], end_off = ds->sample_index[2 * j + 3];
+        int64_t tokens = -beg_off + end_off + EXTRA;
+        if (end < beg) tokens = -1;
+        for (int64_t p = beg; p < end && tokens >= 0; p++) tokens += ds->ll->lengths[ds->document_index[p]];
+        if (tokens != ds->seq_length + EXTRA) {
+            mc_err_set(err, "%s: sample %lld spans %lld tokens, not --seq-length + 1 = %d (a cache of another dataset?)",
+                       path[1], (long long)j, (long long)tokens, ds->seq_length + EXTRA);
+            goto done;
+        }
+    }
+    rc = MC_OK;
+done:
+    for (int i = 0; i < 3; i++) {
+        mc_npy_free(&a[i]);
+        free(path[i]);
+    }
+    return rc;
+}
+
+static int save_cached(const mc_gpt_dataset *ds, const char *dir, const char *md5, const char *split,
+                       const char *description, mc_err *err) {
+    MC_TRY(mc_mkdirs(dir, err));
+    int64_t n = ds->len;
+    int rc = MC_ERR;
+    char *path[3];
+    for (int i = 0; i < 3; i++) path[i] = mc_cache_path(dir, md5, "GPTDataset", split, k_gpt_affixes[i]);
+    char *desc_path = mc_cache_path(dir, md5, "GPTDataset", split, "description.txt");
+    /* Megatron's dtypes: helpers.py builds the sample index in int32 unless a position or
+     * a sequence length needs more; the shuffle index is uint32 below 2^32 - 1 samples. */
+    bool sample_i32 = ds->document_index_len <= INT32_MAX;
+    bool shuffle_u32 = n < (int64_t)UINT32_MAX - 1;
+    void *si = ds->sample_index, *sh = ds->shuffle_index;
+    int32_t *si32 = NULL;
+    uint32_t *sh32 = NULL;
+    if (sample_i32) {
+        si32 = mc_xmalloc((size_t)(n + 1) * 2 * sizeof *si32);
+        for (int64_t i = 0; i < 2 * (n + 1); i++) si32[i] = (int32_t)ds->sample_index[i];
+        si = si32;
+    }
+    if (shuffle_u32) {
+        sh32 = mc_xmalloc((size_t)(n ? n : 1) * sizeof *sh32);
+        for (int64_t i = 0; i < n; i++) sh32[i] = (uint32_t)ds->shuffle_index[i];
+        sh = sh32;
+    }
+    int64_t shape_doc[1] = {ds->document_index_len}, shape_si[2] = {n + 1, 2}, shape_sh[1] = {n};
+    if (mc_npy_write(path[0], "<i4", 1, shape_doc, ds->document_index, err) != MC_OK) goto done;
+    if (mc_npy_write(path[1], sample_i32 ? "<i4" : "<i8", 2, shape_si, si, err) != MC_OK) goto done;
+    if (mc_npy_write(path[2], shuffle_u32 ? "<u4" : "<i8", 1, shape_sh, sh, err) != MC_OK) goto done;
+    /* The description last: until it exists the cache is a miss. */
+    if (mc_write_file_atomic(desc_path, description, strlen(description), err) != MC_OK) goto done;
+    rc = MC_OK;
+done:
+    free(si32);
+    free(sh32);
+    for (int i = 0; i < 3; i++) free(path[i]);
+    free(desc_path);
+    return rc;
+}
+
+int mc_gpt_dataset_build_cached(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
+                                int64_t num_samples, int seq_length, uint64_t seed, const mc_gpt_cache *cache,
+                                mc_gpt_cache_result *result, mc_err *err) {
+    if (result) *result = MC_GPT_CACHE_NONE;
+    if (!cache || !cache->dir) return mc_gpt_dataset_build(ds, ll, seq_begin, seq_end, num_samples, seq_length, seed, err);
+    MC_TRY(mc_gpt_dataset_plan(ds, ll, seq_begin, seq_end, num_samples, seq_length, seed, err));
+    if (ds->num_epochs == 0) {
+        /* Nothing to cache (Megatron cannot build an empty split at all). */
+        ds->sample_index = mc_xcalloc(2, sizeof *ds->sample_index);
+        return MC_OK;
+    }
+    char md5[33];
+    mc_md5_hex(cache->description, strlen(cache->description), md5);
+    const char *split = mc_split_names[cache->index_split];
+    bool hit;
+    if (mc_cache_probe(cache->dir, md5, "GPTDataset", split, cache->description, k_gpt_affixes, 3, &hit, err) !=
+        MC_OK) {
+        mc_gpt_dataset_free(ds);
+        return MC_ERR;
+    }
+    if (hit) {
+        if (load_cached(ds, cache->dir, md5, split, err) != MC_OK) {
+            mc_gpt_dataset_free(ds);
+            return mc_err_prefix(err, "dataset index cache: ");
+        }
+        if (result) *result = MC_GPT_CACHE_LOADED;
+        return MC_OK;
+    }
+    if (cache->rank != 0) {
+        mc_gpt_dataset_free(ds);
+        return mc_err_set(err, "dataset index cache %s/%s-GPTDataset-%s-*: missing after rank 0 built it (is %s a "
+                               "directory all ranks share?)",
+                          cache->dir, md5, split, cache->dir);
+    }
+    MC_TRY(mc_gpt_dataset_build(ds, ll, seq_begin, seq_end, num_samples, seq_length, seed, err));
+    if (save_cached(ds, cache->dir, md5, split, cache->description, err) != MC_OK) {
+        mc_gpt_dataset_free(ds);
+        return mc_err_prefix(err, "writing the dataset index cache (pass --data-cache-path DIR to put it elsewhere): ");
+    }
+    if (result) *result = MC_GPT_CACHE_BUILT;
     return MC_OK;
 }
 

@@ -10,9 +10,10 @@
  *      consecutive samples overlapping by one token (add_extra_token_to_sequence=True);
  *   4. shuffle index: a permutation of the samples from the same RandomState (again in
  *      two parts when the final epoch is separate).
- * Everything is built at construction; `get` only copies tokens. Megatron's index cache
- * files and the partial-validation-sequence option (drop_last=False) are not reproduced:
- * every split drops the last partial sample, which is Megatron's default. */
+ * Everything is built at construction; `get` only copies tokens. With a cache directory
+ * the indices are saved to / loaded from Megatron's cache files (index_cache.h). The
+ * partial-validation-sequence option (drop_last=False) is not reproduced: every split
+ * drops the last partial sample, which is Megatron's default. */
 #ifndef MC_DATA_GPT_DATASET_H
 #define MC_DATA_GPT_DATASET_H
 
@@ -46,6 +47,27 @@ typedef struct mc_gpt_dataset {
 int mc_gpt_dataset_build(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
                          int64_t num_samples, int seq_length, uint64_t seed, mc_err *err);
 void mc_gpt_dataset_free(mc_gpt_dataset *ds);
+
+/* Only the scalars of a build (tokens_per_epoch, num_epochs, separate_final_epoch,
+ * document_index_len, len); the arrays stay NULL. Same errors as the build. */
+int mc_gpt_dataset_plan(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
+                        int64_t num_samples, int seq_length, uint64_t seed, mc_err *err);
+
+/* Megatron's index cache for one GPT dataset: rank 0 loads the files named by the md5 of
+ * `description` from `dir` when all four exist, else builds and writes them; any other
+ * rank only loads (call it after rank 0 has finished and the ranks met at a barrier). */
+typedef struct mc_gpt_cache {
+    const char *dir;         /* NULL: no cache, build in memory */
+    const char *description; /* json.dumps of the dataset's unique identifiers */
+    int index_split;         /* MC_SPLIT_*: the {split} part of the file names */
+    int rank;
+} mc_gpt_cache;
+
+typedef enum { MC_GPT_CACHE_NONE = 0, MC_GPT_CACHE_LOADED, MC_GPT_CACHE_BUILT } mc_gpt_cache_result;
+
+int mc_gpt_dataset_build_cached(mc_gpt_dataset *ds, const mc_lowlevel *ll, int64_t seq_begin, int64_t seq_end,
+                                int64_t num_samples, int seq_length, uint64_t seed, const mc_gpt_cache *cache,
+                                mc_gpt_cache_result *result, mc_err *err);
 
 /* Sample idx (0 <= idx < len) as seq_length + 1 tokens into out. Does not allocate. */
 void mc_gpt_dataset_get(const mc_gpt_dataset *ds, int64_t idx, int32_t *out);

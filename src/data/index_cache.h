@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "data/split.h"
 
 /* ---- files ------------------------------------------------------------------------- */
 
@@ -120,6 +121,43 @@ void mc_jw_str(mc_json_writer *w, const char *s); /* NULL: null */
 void mc_jw_int(mc_json_writer *w, int64_t v);
 void mc_jw_float(mc_json_writer *w, double v);
 void mc_jw_null(mc_json_writer *w);
+
+/* ---- dataset descriptions --------------------------------------------------------- */
+
+/* A tokenizer's unique_identifiers as Megatron's legacy tokenizer classes record them
+ * (megatron/training/tokenizer/tokenizer.py): {"class", "tokenizer_path": [...], options
+ * as strings}. */
+typedef struct mc_tokenizer_identity {
+    const char *cls;               /* "_GPT2BPETokenizer", ... */
+    int npaths;
+    const char *paths[2];          /* NULL entries are JSON null */
+    int noptions;
+    const char *option_keys[2], *option_values[2];
+} mc_tokenizer_identity;
+
+/* MegatronDataset.unique_identifiers of a GPTDataset. */
+typedef struct mc_gpt_identity {
+    const char *dataset_path;      /* the prefix as given */
+    int64_t num_samples;           /* < 0: None */
+    int index_split;               /* MC_SPLIT_* */
+    uint64_t random_seed;
+    int sequence_length;
+    const char *split;             /* config.split; NULL: None (per-split blends) */
+    const mc_split *split_matrix;  /* NULL: None */
+    const mc_tokenizer_identity *tokenizer; /* NULL: null */
+} mc_gpt_identity;
+
+extern const char *const mc_split_names[3]; /* "train", "valid", "test" */
+
+/* Writes the identity object at the writer's position. */
+void mc_gpt_identity_write(mc_json_writer *w, const mc_gpt_identity *id);
+/* json.dumps(unique_identifiers, indent=4) of a GPTDataset (malloc'd). */
+char *mc_gpt_description(const mc_gpt_identity *id);
+/* The BlendedDataset description: {"class": "BlendedDataset", "datasets": [...], "split",
+ * "weights", "size"}; weights are floats (normalized) when size >= 0, else the integer
+ * dataset lengths (exhaustive blend, size None). */
+char *mc_blended_description(const mc_gpt_identity *datasets, int n, int split, const double *weights,
+                             const int64_t *int_weights, int64_t size);
 
 /* ---- cache files --------------------------------------------------------------------- */
 

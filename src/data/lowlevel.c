@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data/indexed_dataset.h"
 #include "data/numpy_rng.h"
 
 void mc_lowlevel_close(mc_lowlevel *ll) {
@@ -104,4 +105,34 @@ int mc_lowlevel_open_memory(mc_lowlevel **out, const int32_t *tokens, const int6
                             .impl = m};
     *out = &m->base;
     return MC_OK;
+}
+
+/* ---- indexed (.bin/.idx) ------------------------------------------------------------- */
+
+static void indexed_read(const mc_lowlevel *ll, int64_t i, int64_t offset, int64_t count, int32_t *out) {
+    mc_indexed_dataset_read(ll->impl, i, offset, count, out);
+}
+
+static void indexed_destroy(mc_lowlevel *ll) {
+    mc_indexed_dataset_close(ll->impl);
+    free(ll);
+}
+
+int mc_lowlevel_open_indexed(mc_lowlevel **out, const char *prefix, mc_err *err) {
+    *out = NULL;
+    mc_indexed_dataset *ds;
+    MC_TRY(mc_indexed_dataset_open(&ds, prefix, err));
+    mc_lowlevel *ll = mc_xcalloc(1, sizeof *ll);
+    *ll = (mc_lowlevel){.kind = "indexed",
+                        .num_sequences = ds->num_sequences,
+                        .lengths = ds->lengths,
+                        .read = indexed_read,
+                        .destroy = indexed_destroy,
+                        .impl = ds};
+    *out = ll;
+    return MC_OK;
+}
+
+const struct mc_indexed_dataset *mc_lowlevel_indexed(const mc_lowlevel *ll) {
+    return ll && ll->read == indexed_read ? ll->impl : NULL;
 }

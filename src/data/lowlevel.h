@@ -6,9 +6,9 @@
  *   - mock:   Megatron's MockGPTLowLevelDataset (--mock-data);
  *   - memory: an in-memory corpus (int32 tokens + int64 document offsets), also used for
  *             the byte-tokenized text file;
- *   - later:  the mmap'd Megatron .bin/.idx reader (it copies sequence_lengths into an
- *             aligned array at open, as Megatron copies them for build_sample_idx, and
- *             converts uint16/int32 tokens in `read`).
+ *   - indexed: a Megatron .bin/.idx dataset through mmap (indexed_dataset.h); its
+ *             sequence_lengths are copied into an aligned array at open, as Megatron
+ *             copies them for build_sample_idx, and `read` widens uint16/int32 tokens.
  * Note that GPT treats every *sequence* as a document; .idx document boundaries are
  * ignored (section 1.3 of MEGATRON-REFERENCE.md). */
 #ifndef MC_DATA_LOWLEVEL_H
@@ -54,5 +54,12 @@ int mc_lowlevel_open_mock(mc_lowlevel **out, int32_t vocab_size, int32_t eod, mc
  * the caller's. */
 int mc_lowlevel_open_memory(mc_lowlevel **out, const int32_t *tokens, const int64_t *doc_offsets,
                             int64_t num_docs, bool take_ownership, mc_err *err);
+
+/* The Megatron indexed dataset PREFIX.bin/.idx (validated at open; errors name the file).
+ * Token ids are not range-checked against a vocabulary, as in Megatron. */
+struct mc_indexed_dataset;
+int mc_lowlevel_open_indexed(mc_lowlevel **out, const char *prefix, mc_err *err);
+/* The indexed dataset behind an "indexed" source, NULL for other kinds. */
+const struct mc_indexed_dataset *mc_lowlevel_indexed(const mc_lowlevel *ll);
 
 #endif

@@ -107,7 +107,8 @@ static void plan_activations(mc_model *m, mc_arena *a) {
 }
 
 int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
-                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, mc_err *err) {
+                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout,
+                    mc_err *err) {
     memset(m, 0, sizeof *m);
     m->cfg = cfg->model;
     m->padded_vocab = mc_config_padded_vocab(cfg);
@@ -134,7 +135,7 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->max_batch = max_batch;
     m->seq = c->seq_length;
 
-    mc_model_build_table(m);
+    mc_model_build_table(m, layout);
     m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(param_dtype));
     m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(grad_dtype));
     be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(param_dtype));
@@ -160,6 +161,7 @@ void mc_model_free(mc_model *m) {
     m->be->free(m->be, m->param_buf);
     m->be->free(m->be, m->grad_buf);
     free(m->params);
+    free(m->buckets);
     free(m->layers);
     free(m->acts);
     free(m->host_loss);

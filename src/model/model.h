@@ -48,6 +48,31 @@ typedef struct mc_param {
     float init_std;
 } mc_param;
 
+/* A contiguous range of the flat buffers that data-parallel ranks reduce (or shard)
+ * together. Buckets are numbered in backward order: bucket 0 holds the last parameters,
+ * whose gradients are final first. hi - lo is a multiple of the layout's pad multiple, so
+ * the range splits into equal shards for reduce-scatter/all-gather; the padding is zero
+ * and belongs to no parameter. */
+typedef struct mc_grad_bucket {
+    int64_t lo, hi;
+    int first_param, last_param; /* parameter indices in the bucket, inclusive (forward order) */
+} mc_grad_bucket;
+
+/* How to lay out the flat buffers for data parallelism. */
+typedef struct mc_model_layout {
+    int64_t bucket_elems; /* target bucket size in elements; 0: one bucket for everything */
+    int64_t pad_multiple; /* every bucket's size is a multiple of this (Megatron: lcm(DP, 128)); 0: 1 */
+} mc_model_layout;
+
+/* Callbacks that let data parallelism overlap with the passes (all optional). */
+typedef struct mc_model_hooks {
+    void *ctx;
+    /* Backward: the gradients at offsets >= frontier are final for this micro-batch. */
+    void (*grads_ready)(void *ctx, int64_t frontier);
+    /* Forward: the parameters in [lo, hi) are about to be read. */
+    void (*params_needed)(void *ctx, int64_t lo, int64_t hi);
+} mc_model_hooks;
+
 /* Indices into mc_model.params; -1 when the model has no such tensor. */
 typedef struct mc_layer_params {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
@@ -90,7 +115,10 @@ typedef struct mc_model {
 
     mc_param *params;
     int nparams;
-    int64_t numel;        /* flat buffer length including alignment padding */
+    mc_grad_bucket *buckets;
+    int nbuckets;
+    mc_model_hooks hooks;
+    int64_t numel;        /* flat buffer length including alignment and bucket padding */
     int64_t numel_unpadded;
     mc_layer_params *layers;
     int emb_w, pos_w, lnf_w, lnf_b, out_w; /* out_w == emb_w when tied */
@@ -123,7 +151,8 @@ typedef struct mc_model {
 /* Builds the parameter table and plans/allocates parameters, gradients and activations
  * for micro-batches of up to max_batch sequences. cfg must be validated. */
 int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
-                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, mc_err *err);
+                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout,
+                    mc_err *err);
 void mc_model_free(mc_model *m);
 
 /* Fills the parameters: normal(0, std) for matrices (std / sqrt(2 L) for the attention and

@@ -232,13 +232,30 @@ static void embedding_bwd(pass_ctx *p) {
     }
 }
 
+/* Offsets of the parameter ranges the passes read: the embeddings, layer l, the head. */
+static int64_t layer_lo(const mc_model *m, int l) { return m->params[m->layers[l].ln1_w].offset; }
+static int64_t layer_hi(const mc_model *m, int l) {
+    return l + 1 < m->cfg.num_layers ? layer_lo(m, l + 1) : m->params[m->lnf_w].offset;
+}
+
+static void need_params(const mc_model *m, int64_t lo, int64_t hi) {
+    if (m->hooks.params_needed) m->hooks.params_needed(m->hooks.ctx, lo, hi);
+}
+
+static void grads_ready(const mc_model *m, int64_t frontier) {
+    if (m->hooks.grads_ready) m->hooks.grads_ready(m->hooks.ctx, frontier);
+}
+
 static void run_forward(pass_ctx *p) {
     mc_model *m = p->m;
+    need_params(m, 0, layer_lo(m, 0));
     embedding_fwd(p);
     for (int l = 0; l < m->cfg.num_layers; l++) {
         mc_tensor *out = l + 1 < m->cfg.num_layers ? &m->acts[l + 1].x_in : &m->x_final;
+        need_params(m, layer_lo(m, l), layer_hi(m, l));
         layer_fwd(p, l, out);
     }
+    need_params(m, m->params[m->lnf_w].offset, m->numel);
     norm_fwd(p, &m->yf, &m->meanf, &m->rstdf, &m->x_final, m->lnf_w, m->lnf_b);
 }
 
@@ -305,8 +322,13 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
     mc_comm_all_reduce(&m->comm->tp, p.be, &m->dtmp, MC_REDUCE_SUM);
     p.be->zero(p.be, m->dres.data, (size_t)(p.N * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
     norm_bwd(&p, &m->dres, &m->dtmp, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b);
-    for (int l = m->cfg.num_layers - 1; l >= 0; l--) layer_bwd(&p, l);
+    grads_ready(m, m->params[m->lnf_w].offset); /* final norm and (untied) output layer */
+    for (int l = m->cfg.num_layers - 1; l >= 0; l--) {
+        layer_bwd(&p, l);
+        grads_ready(m, layer_lo(m, l));
+    }
     embedding_bwd(&p);
+    grads_ready(m, 0);
 }
 
 void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {

@@ -38,16 +38,56 @@ static int add_param(table_builder *tb, const char *name, int ndim, int64_t g0, 
     }
     p->split = split;
     p->numel = p->shape[0] * p->shape[1];
-    p->offset = m->numel;
     p->no_weight_decay = ndim == 1;
     p->init = init;
     p->init_std = std;
-    m->numel += (p->numel + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN;
     m->numel_unpadded += p->numel;
     return m->nparams++;
 }
 
-void mc_model_build_table(mc_model *m) {
+static int64_t aligned(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+
+/* Buckets in backward order (from the last parameter), each closed once it holds at least
+ * bucket_elems elements; then offsets in forward order with every parameter start 64-aligned
+ * and every bucket padded at its high end to a multiple of pad_multiple. */
+static void assign_offsets(mc_model *m, const mc_model_layout *layout) {
+    int64_t target = layout && layout->bucket_elems > 0 ? layout->bucket_elems : INT64_MAX;
+    int64_t pad = layout && layout->pad_multiple > 0 ? layout->pad_multiple : 1;
+    int *bucket_of = mc_xmalloc(sizeof(int) * (size_t)m->nparams);
+    int nb = 0;
+    int64_t fill = 0;
+    for (int i = m->nparams - 1; i >= 0; i--) {
+        bucket_of[i] = nb;
+        fill += aligned(m->params[i].numel, PARAM_ALIGN);
+        if (fill >= target && i > 0) {
+            nb++;
+            fill = 0;
+        }
+    }
+    nb = nb + 1;
+    m->nbuckets = nb;
+    m->buckets = mc_xcalloc((size_t)nb, sizeof(mc_grad_bucket));
+    int64_t off = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        int b = bucket_of[i];
+        mc_grad_bucket *bk = &m->buckets[b];
+        if (i == 0 || bucket_of[i - 1] != b) { /* the bucket's first parameter (lowest offset) */
+            bk->lo = off;
+            bk->first_param = i;
+        }
+        m->params[i].offset = off;
+        off += aligned(m->params[i].numel, PARAM_ALIGN);
+        bk->last_param = i;
+        if (i == m->nparams - 1 || bucket_of[i + 1] != b) {
+            off = bk->lo + aligned(off - bk->lo, pad);
+            bk->hi = off;
+        }
+    }
+    m->numel = off;
+    free(bucket_of);
+}
+
+void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
     const mc_model_config *c = &m->cfg;
     table_builder tb = {.m = m};
     int64_t h = c->hidden_size, d = c->kv_channels, n = c->num_attention_heads, g = c->num_query_groups;
@@ -94,6 +134,7 @@ void mc_model_build_table(mc_model *m) {
     m->out_w = c->untie_embeddings_and_output_weights
                    ? add_param(&tb, "output_layer.weight", 2, m->padded_vocab, h, MC_TP_ROWS, MC_INIT_NORMAL, std)
                    : m->emb_w;
+    assign_offsets(m, layout);
 }
 
 /* Global row of local row r of a QKV shard. Per-group layout: group j owns rows

@@ -3,6 +3,28 @@
 #include <math.h>
 #include <string.h>
 
+/* The part of parameter p that this rank counts in norms: tensor-parallel duplicates
+ * (replicated parameters on TP ranks other than 0; key/value rows of a query group
+ * replicated over several TP ranks, on all but the group's first rank) are left out.
+ * Returns the number of leading elements counted (0: none). */
+static int64_t counted_prefix(const mc_model *m, const mc_param *p) {
+    if (p->split == MC_TP_REPLICATED) return m->tp_rank == 0 ? p->numel : 0;
+    int g = m->cfg.num_query_groups;
+    if (p->split == MC_TP_QKV_ROWS && g < m->tp && m->tp_rank % (m->tp / g) != 0) {
+        int64_t q_rows = (int64_t)m->heads_local * m->cfg.kv_channels;
+        return q_rows * p->shape[1]; /* the query heads are this rank's own; k and v repeat */
+    }
+    return p->numel;
+}
+
+/* Appends the intersection of [a, a+n) with [lo, hi) as a segment; returns 1 if any. */
+static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, int64_t hi, int64_t state_base) {
+    int64_t s = a > lo ? a : lo, e = a + n < hi ? a + n : hi;
+    if (e <= s) return 0;
+    *out = (mc_adamw_segment){.offset = state_base + (s - lo), .count = e - s, .grad_offset = s};
+    return 1;
+}
+
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
     memset(o, 0, sizeof *o);
     o->model = m;
@@ -11,26 +33,66 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
     o->beta2 = cfg->optim.adam_beta2;
     o->eps = cfg->optim.adam_eps;
     o->clip_grad = cfg->optim.clip_grad;
+    o->sharded = cfg->parallel.use_distributed_optimizer;
+    o->dp_size = m->comm->dp_cp.size;
+    o->dp_rank = m->comm->dp_cp.rank;
     if (m->grad_dtype != MC_F32)
         return mc_err_set(err, "the optimizer needs F32 gradients (got %s)", mc_dtype_name(m->grad_dtype));
-    size_t bytes = (size_t)m->numel * sizeof(float);
+    int ds = o->sharded ? o->dp_size : 1, dr = o->sharded ? o->dp_rank : 0;
+
+    /* Segments: every parameter intersected with this rank's shard of every bucket; the
+     * state buffer holds the shards back to back. */
+    int cap = m->nparams * 2 + m->nbuckets;
+    o->segments = mc_xcalloc((size_t)cap, sizeof(mc_adamw_segment));
+    o->no_wd = mc_xcalloc((size_t)cap, sizeof(bool));
+    o->norm_segments = mc_xcalloc((size_t)cap, sizeof(mc_adamw_segment));
+    o->state_norm_segments = mc_xcalloc((size_t)cap, sizeof(mc_adamw_segment));
+    int64_t state_base = 0;
+    for (int b = m->nbuckets - 1; b >= 0; b--) { /* forward (address) order */
+        const mc_grad_bucket *bk = &m->buckets[b];
+        int64_t chunk = (bk->hi - bk->lo) / ds;
+        MC_ASSERT(chunk * ds == bk->hi - bk->lo, "bucket %d of %lld elements does not split into %d shards", b,
+                  (long long)(bk->hi - bk->lo), ds);
+        int64_t lo = bk->lo + dr * chunk, hi = lo + chunk;
+        for (int i = bk->first_param; i <= bk->last_param; i++) {
+            const mc_param *p = &m->params[i];
+            MC_ASSERT(o->nsegments < cap && o->nnorm < cap);
+            if (add_range(&o->segments[o->nsegments], p->offset, p->numel, lo, hi, state_base))
+                o->no_wd[o->nsegments++] = p->no_weight_decay;
+            int64_t counted = counted_prefix(m, p);
+            if (add_range(&o->state_norm_segments[o->nnorm], p->offset, counted, lo, hi, state_base)) {
+                o->norm_segments[o->nnorm] = o->state_norm_segments[o->nnorm];
+                o->norm_segments[o->nnorm].offset = o->norm_segments[o->nnorm].grad_offset;
+                o->nnorm++;
+            }
+        }
+        state_base += chunk;
+    }
+    o->state_numel = state_base;
+
     mc_backend *be = o->be;
-    if (m->param_dtype == MC_F32) {
+    size_t bytes = (size_t)o->state_numel * sizeof(float);
+    if (!o->sharded && m->param_dtype == MC_F32) {
+        MC_ASSERT(o->state_numel == m->numel);
         o->master = m->param_buf;
     } else {
-        /* Low-precision model weights: the F32 master starts as their exact widening. */
+        /* The F32 master starts as the exact widening of the model's parameters (Megatron
+         * copies its fp32 main params from the bf16 model params). */
         o->master = be->alloc(be, bytes);
         o->owns_master = true;
-        mc_tensor dst = mc_tensor_1d(o->master, MC_F32, m->numel);
-        mc_tensor src = mc_tensor_1d(m->param_buf, m->param_dtype, m->numel);
-        be->convert(be, &dst, &src);
+        be->zero(be, o->master, bytes);
+        size_t esz = mc_dtype_size(m->param_dtype);
+        for (int s = 0; s < o->nsegments; s++) {
+            const mc_adamw_segment *sg = &o->segments[s];
+            mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
+            mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * esz, m->param_dtype, sg->count);
+            be->convert(be, &dst, &src);
+        }
     }
     o->exp_avg = be->alloc(be, bytes);
     o->exp_avg_sq = be->alloc(be, bytes);
     be->zero(be, o->exp_avg, bytes);
     be->zero(be, o->exp_avg_sq, bytes);
-    o->segments = mc_xcalloc((size_t)m->nparams, sizeof(mc_adamw_segment));
-    o->norm_segments = mc_xcalloc((size_t)m->nparams, sizeof(mc_adamw_segment));
     return MC_OK;
 }
 
@@ -40,40 +102,36 @@ void mc_optimizer_free(mc_optimizer *o) {
     o->be->free(o->be, o->exp_avg);
     o->be->free(o->be, o->exp_avg_sq);
     free(o->segments);
+    free(o->no_wd);
     free(o->norm_segments);
+    free(o->state_norm_segments);
     memset(o, 0, sizeof *o);
 }
 
-/* Sum of squares over this rank's parameters of an F32 buffer in the model's layout,
- * skipping tensor-parallel duplicates on ranks other than TP rank 0, then summed over the
- * model-parallel group. */
-static double global_sumsq(mc_optimizer *o, const float *buf) {
-    mc_model *m = o->model;
-    int n = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const mc_param *p = &m->params[i];
-        if (p->split == MC_TP_REPLICATED && m->tp_rank != 0) continue;
-        o->norm_segments[n++] = (mc_adamw_segment){.offset = p->offset, .count = p->numel};
-    }
-    double local = o->be->sumsq_segments(o->be, buf, o->norm_segments, n);
-    mc_comm_all_reduce_host_f64(&m->comm->mp, &local, 1, MC_REDUCE_SUM);
-    return local;
+/* Sums this rank's counted ranges and reduces them over the ranks that hold the other
+ * parts: data-parallel ranks (when sharded) and model-parallel ranks. */
+static double global_sumsq(mc_optimizer *o, const float *buf, const mc_adamw_segment *segs) {
+    double s = o->be->sumsq_segments(o->be, buf, segs, o->nnorm);
+    if (o->sharded) mc_comm_all_reduce_host_f64(&o->model->comm->dp_cp, &s, 1, MC_REDUCE_SUM);
+    mc_comm_all_reduce_host_f64(&o->model->comm->mp, &s, 1, MC_REDUCE_SUM);
+    return s;
 }
 
-double mc_optimizer_grad_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->model->grad_buf)); }
+double mc_optimizer_grad_norm(mc_optimizer *o) {
+    return sqrt(global_sumsq(o, o->model->grad_buf, o->norm_segments));
+}
 
-double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master)); }
+double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master, o->state_norm_segments)); }
 
 int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
-    mc_model *m = o->model;
     double zeros = 0;
-    for (int i = 0; i < m->nparams; i++) {
-        const mc_param *p = &m->params[i];
-        if (p->split == MC_TP_REPLICATED && m->tp_rank != 0) continue;
-        mc_tensor v = mc_tensor_1d((float *)m->grad_buf + p->offset, MC_F32, p->numel);
+    for (int i = 0; i < o->nnorm; i++) {
+        mc_tensor v = mc_tensor_1d((float *)o->model->grad_buf + o->norm_segments[i].offset, MC_F32,
+                                   o->norm_segments[i].count);
         zeros += (double)o->be->count_zeros(o->be, &v);
     }
-    mc_comm_all_reduce_host_f64(&m->comm->mp, &zeros, 1, MC_REDUCE_SUM);
+    if (o->sharded) mc_comm_all_reduce_host_f64(&o->model->comm->dp_cp, &zeros, 1, MC_REDUCE_SUM);
+    mc_comm_all_reduce_host_f64(&o->model->comm->mp, &zeros, 1, MC_REDUCE_SUM);
     return (int64_t)zeros;
 }
 
@@ -84,11 +142,7 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm) 
         double coeff = o->clip_grad / (grad_norm + 1.0e-6); /* Megatron's clip_grad_by_total_norm_fp32 */
         if (coeff < 1.0) scale = coeff;
     }
-    for (int i = 0; i < m->nparams; i++) {
-        const mc_param *p = &m->params[i];
-        o->segments[i] = (mc_adamw_segment){.offset = p->offset, .count = p->numel,
-                                            .weight_decay = p->no_weight_decay ? 0.0f : (float)wd};
-    }
+    for (int i = 0; i < o->nsegments; i++) o->segments[i].weight_decay = o->no_wd[i] ? 0.0f : (float)wd;
     o->step++;
     mc_adamw_desc d = {
         .param = o->master,
@@ -97,7 +151,7 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm) 
         .exp_avg_sq = o->exp_avg_sq,
         .param_copy = o->owns_master ? mc_tensor_1d(m->param_buf, m->param_dtype, m->numel) : mc_tensor_none(),
         .segments = o->segments,
-        .nsegments = m->nparams,
+        .nsegments = o->nsegments,
         .lr = (float)lr,
         .beta1 = o->beta1,
         .beta2 = o->beta2,

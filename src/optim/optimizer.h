@@ -1,9 +1,13 @@
 /* optimizer.h: Megatron's `adam` (AdamW) over the model's flat buffers, with global
- * gradient-norm clipping.
+ * gradient-norm clipping, plain or distributed (--use-distributed-optimizer).
  *
- * State is F32: master weights (the model's own parameter buffer when it is F32, else a
- * separate F32 copy whose result is written back to the model's low-precision buffer),
- * exp_avg and exp_avg_sq, all in the model's flat layout. */
+ * State is F32: master weights, exp_avg and exp_avg_sq. Plain: the state covers every
+ * parameter; the master is the model's own parameter buffer when that is F32, else an F32
+ * copy whose update is written back into the model's low-precision buffer. Distributed
+ * (Megatron's DistributedOptimizer): each data-parallel rank keeps the state of its shard
+ * only: shard r of every gradient bucket (model.h), whose gradients the reduce-scatter
+ * delivered; it updates that shard and writes it into the model's parameter buffer, and
+ * the all-gather (optim/ddp.h) brings the other shards. */
 #ifndef MC_OPTIM_OPTIMIZER_H
 #define MC_OPTIM_OPTIMIZER_H
 
@@ -15,19 +19,29 @@ typedef struct mc_optimizer {
     mc_model *model;
     mc_backend *be;
     float beta1, beta2, eps, clip_grad;
-    float *master;        /* [numel] F32: model->param_buf when the model is F32 */
+    bool sharded;         /* distributed optimizer */
+    int dp_size, dp_rank; /* over the data-parallel (x context-parallel) group */
+    float *master;        /* [state_numel] F32 (model->param_buf when plain and F32) */
     bool owns_master;
     float *exp_avg, *exp_avg_sq;
-    mc_adamw_segment *segments; /* one per parameter */
-    mc_adamw_segment *norm_segments; /* the parameters counted in norms on this rank */
+    int64_t state_numel;
+    /* This rank's update segments (parameter x shard intersections); no_wd marks biases
+     * and norm weights, whose weight decay is 0. */
+    mc_adamw_segment *segments;
+    bool *no_wd;
+    int nsegments;
+    /* Ranges of the gradient buffer this rank counts in norms (shards, minus
+     * tensor-parallel duplicates), and the same ranges in the state buffer. */
+    mc_adamw_segment *norm_segments, *state_norm_segments;
+    int nnorm;
     int64_t step;         /* optimizer steps taken */
 } mc_optimizer;
 
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err);
 void mc_optimizer_free(mc_optimizer *o);
 
-/* The global L2 norm of the gradients over all ranks (tensor-parallel duplicates counted
- * once, as Megatron's get_grad_norm_fp32). */
+/* The global L2 norm of the gradients (tensor-parallel duplicates counted once, as
+ * Megatron's get_grad_norm_fp32), after the data-parallel reduction. */
 double mc_optimizer_grad_norm(mc_optimizer *o);
 /* The global L2 norm of the parameters (--log-params-norm). */
 double mc_optimizer_params_norm(mc_optimizer *o);
@@ -35,7 +49,7 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o);
 
 /* One AdamW step with learning rate lr and weight decay wd (not applied to norms and
  * biases); grads are multiplied by Megatron's clip coefficient min(1, clip/(norm+1e-6)).
- * Zeroes the gradients afterwards. */
+ * Writes this rank's updated parameters into the model's buffer and zeroes the gradients. */
 void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm);
 
 #endif

@@ -59,9 +59,13 @@ typedef struct mc_rope_desc {
     mc_tensor pos;   /* optional [S*B] I32 position of each token; absent: s */
 } mc_rope_desc;
 
-/* One parameter segment for AdamW: a range of the flat buffers with its weight decay. */
+/* One parameter segment for AdamW: `count` elements at `offset` in the optimizer's state
+ * buffers (param, exp_avg, exp_avg_sq) and at `grad_offset` in grad and param_copy (the
+ * model's buffers; the two differ when the state holds only this rank's shard, as with
+ * the distributed optimizer), with its weight decay. */
 typedef struct mc_adamw_segment {
     int64_t offset, count;
+    int64_t grad_offset;
     float weight_decay;
 } mc_adamw_segment;
 

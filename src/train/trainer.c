@@ -74,10 +74,14 @@ mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
 
     mc_dtype pdt = MC_F32, adt = MC_F32;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
-    if (mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, err) != MC_OK)
+    mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
+    if (mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err) !=
+        MC_OK)
         goto fail;
     mc_model_init_params(&t->model, cfg->train.seed);
     if (mc_optimizer_create(&t->opt, &t->model, cfg, err) != MC_OK) goto fail;
+    mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
+                cfg->parallel.overlap_param_gather);
     mc_lr_schedule_init(&t->sched, cfg);
 
     mc_batch_init(&t->host_batch, cfg->train.micro_batch_size, cfg->model.seq_length);
@@ -111,6 +115,7 @@ void mc_trainer_free(mc_trainer *t) {
     mc_metrics_close(&t->metrics);
     if (t->be) {
         mc_arena_free(&t->batch_arena);
+        mc_ddp_free(&t->ddp);
         mc_optimizer_free(&t->opt);
         mc_model_free(&t->model);
     }
@@ -177,13 +182,13 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
         double grad_scale = ntok > 0 ? 1.0 / (ntok * M * t->dp) : 0.0;
         uint64_t stream = 1 + (uint64_t)(t->iteration * M + micro) * (uint64_t)t->dp + (uint64_t)t->comm.dp_rank;
         double loss_sum, num_tokens;
+        mc_ddp_begin_microbatch(&t->ddp, micro == M - 1);
         mc_model_forward_backward(&t->model, &t->mb, true, grad_scale, stream, true, &loss_sum, &num_tokens);
         pair[0] += loss_sum;
         pair[1] += num_tokens;
     }
+    mc_ddp_finish_grads(&t->ddp);
     mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
-    mc_tensor grads = mc_tensor_1d(t->model.grad_buf, t->model.grad_dtype, t->model.numel);
-    mc_comm_all_reduce(&t->comm.dp_cp, be, &grads, MC_REDUCE_SUM);
 
     double loss = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
     double gnorm = mc_optimizer_grad_norm(&t->opt);
@@ -195,6 +200,7 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     double lr = mc_lr_at(&t->sched, (double)t->consumed_train_samples);
     double wd = mc_wd_at(&t->sched, (double)t->consumed_train_samples);
     mc_optimizer_step(&t->opt, lr, wd, gnorm);
+    mc_ddp_gather_params(&t->ddp);
     be->sync(be);
     t->consumed_train_samples += cfg->train.global_batch_size;
     t->iteration++;

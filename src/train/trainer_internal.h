@@ -6,6 +6,7 @@
 #include "data/data.h"
 #include "megatron.h"
 #include "model/model.h"
+#include "optim/ddp.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/train_log.h"
@@ -16,6 +17,7 @@ struct mc_trainer {
     mc_backend *be;
     mc_model model;
     mc_optimizer opt;
+    mc_ddp ddp;
     mc_lr_schedule sched;
     mc_data *data;
     int dp, num_microbatches;

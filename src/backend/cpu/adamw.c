@@ -88,9 +88,9 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
         MC_ASSERT(seg->offset >= 0 && seg->count >= 0, "cpu adamw: segment %d has offset %lld, count %lld", sg,
                   (long long)seg->offset, (long long)seg->count);
         if (copy)
-            MC_ASSERT(seg->offset + seg->count <= copy_numel,
+            MC_ASSERT(seg->grad_offset >= 0 && seg->grad_offset + seg->count <= copy_numel,
                       "cpu adamw: segment %d ends at %lld, past param_copy's %lld elements", sg,
-                      (long long)(seg->offset + seg->count), (long long)copy_numel);
+                      (long long)(seg->grad_offset + seg->count), (long long)copy_numel);
         adamw_scalars s = {
             .grad_scale = d->grad_scale,
             .decay = (float)(1.0 - (double)d->lr * (double)seg->weight_decay),
@@ -101,13 +101,13 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
             .bc2_sqrt = (float)sqrt(bc2),
             .eps = d->eps,
         };
-        int64_t off = seg->offset, nchunks = (seg->count + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        int64_t off = seg->offset, goff = seg->grad_offset, nchunks = (seg->count + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
 #pragma omp parallel for schedule(static) if (seg->count > 16384)
         for (int64_t ch = 0; ch < nchunks; ch++) {
-            int64_t i0 = off + ch * ADAMW_CHUNK, len = seg->count - ch * ADAMW_CHUNK;
+            int64_t i0 = off + ch * ADAMW_CHUNK, g0 = goff + ch * ADAMW_CHUNK, len = seg->count - ch * ADAMW_CHUNK;
             if (len > ADAMW_CHUNK) len = ADAMW_CHUNK;
-            adamw_chunk(d->param + i0, d->grad + i0, d->exp_avg + i0, d->exp_avg_sq + i0, len, &s);
-            if (copy) mc_cpu_store_f32(d->param_copy.data, d->param_copy.dtype, i0, d->param + i0, len);
+            adamw_chunk(d->param + i0, d->grad + g0, d->exp_avg + i0, d->exp_avg_sq + i0, len, &s);
+            if (copy) mc_cpu_store_f32(d->param_copy.data, d->param_copy.dtype, g0, d->param + i0, len);
         }
     }
 }

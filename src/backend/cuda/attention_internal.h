@@ -65,35 +65,90 @@ __device__ __forceinline__ int attn_seg_lo(const attn_geom &g, int b, int i) {
 __device__ __forceinline__ uint64_t attn_drop_index(const attn_geom &g, int b, int h, int i, int j) {
     return ((((uint64_t)b * (uint64_t)g.H + (uint64_t)h) * (uint64_t)g.S + (uint64_t)i) * (uint64_t)g.S) + (uint64_t)j;
 }
-/* The dropout factor of one element: keep_scale when kept, 0 when dropped. */
-__device__ __forceinline__ float attn_drop_factor(const attn_geom &g, uint64_t idx) {
-    return mc_philox_uniform(g.seed, g.stream, idx) >= g.dropout ? g.keep_scale : 0.0f;
+/* Word w (0..3) of a Philox block, selected without indexing a local array at run time
+ * (which would put the block in local memory). */
+__device__ __forceinline__ uint32_t attn_philox_word(const mc_philox_out &o, int w) {
+    return w == 0 ? o.v[0] : w == 1 ? o.v[1] : w == 2 ? o.v[2] : o.v[3];
 }
-/* The factors of elements idx and idx + 1 with one Philox block when they share one. */
+__device__ __forceinline__ mc_philox_out attn_philox_block(const attn_geom &g, uint64_t blk) {
+    return mc_philox4x32_10(g.seed, (uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)g.stream, (uint32_t)(g.stream >> 32));
+}
+/* keep_scale when kept (uniform >= p, the uniform exactly as mc_philox_uniform), else 0 */
+__device__ __forceinline__ float attn_keep(const attn_geom &g, uint32_t bits) {
+    const float u = (float)(bits >> 8) * (1.0f / 16777216.0f);
+    return u >= g.dropout ? g.keep_scale : 0.0f;
+}
+/* The dropout factor of element idx. */
+__device__ __forceinline__ float attn_drop_factor(const attn_geom &g, uint64_t idx) {
+    return attn_keep(g, attn_philox_word(attn_philox_block(g, idx >> 2), (int)(idx & 3)));
+}
+/* The factors of elements idx and idx + 1, with one Philox block when they share one. */
 __device__ __forceinline__ void attn_drop_factor2(const attn_geom &g, uint64_t idx, float &z0, float &z1) {
-    const uint64_t blk = idx >> 2;
     const int w = (int)(idx & 3);
-    const mc_philox_out o = mc_philox4x32_10(g.seed, (uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)g.stream,
-                                             (uint32_t)(g.stream >> 32));
-    uint32_t b0, b1;
-    if (w == 3) {
-        b0 = o.v[3];
-        const uint64_t nb = blk + 1;
-        b1 = mc_philox4x32_10(g.seed, (uint32_t)nb, (uint32_t)(nb >> 32), (uint32_t)g.stream, (uint32_t)(g.stream >> 32))
-                 .v[0];
-    } else {
-        b0 = o.v[w];
-        b1 = o.v[w + 1];
-    }
-    const float u0 = (float)(b0 >> 8) * (1.0f / 16777216.0f), u1 = (float)(b1 >> 8) * (1.0f / 16777216.0f);
-    z0 = u0 >= g.dropout ? g.keep_scale : 0.0f;
-    z1 = u1 >= g.dropout ? g.keep_scale : 0.0f;
+    const mc_philox_out o = attn_philox_block(g, idx >> 2);
+    z0 = attn_keep(g, attn_philox_word(o, w));
+    if (w == 3)
+        z1 = attn_keep(g, attn_philox_block(g, (idx >> 2) + 1).v[0]);
+    else
+        z1 = attn_keep(g, attn_philox_word(o, w + 1));
 }
 
 __device__ __forceinline__ float attn_load(const float *p) { return *p; }
 __device__ __forceinline__ float attn_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void attn_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void attn_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* ---- tensor-core primitives (sm_80+ PTX: fine for the compute_90 and sm_90a targets) ---- */
+
+/* 16-byte global -> shared copy; with pred false the 16 bytes are zero-filled and nothing
+ * is read (gmem must still be a valid address). */
+__device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem, bool pred) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are still in flight. */
+template <int N>
+__device__ __forceinline__ void attn_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m, and register m
+ * of lane l gets elements (l / 4, 2 (l % 4) .. +1) of matrix m (transposed with _trans). */
+__device__ __forceinline__ void attn_ldsm_x4(uint32_t r[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+__device__ __forceinline__ void attn_ldsm_x4_trans(uint32_t r[4], const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+/* c (16x8 F32) += a (16x16 bf16, row) b (16x8 bf16, col). Fragments (g = lane / 4, t = lane % 4):
+ * a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); b0 (k 2t..2t+1, n g),
+ * b1 (k 2t+8.., n g); c0 c1 (g, 2t..2t+1), c2 c3 (g+8, 2t..2t+1). */
+__device__ __forceinline__ void attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Two floats as bf16x2, lo in the low half (the lower column of a fragment pair). */
+__device__ __forceinline__ uint32_t attn_pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+/* 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0). */
+__device__ __forceinline__ float attn_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
 /* Every launch is checked at once, naming the kernel (launch-configuration errors; faults
  * inside a kernel surface at the next synchronizing call). */
@@ -108,7 +163,7 @@ __device__ __forceinline__ void attn_store(__nv_bfloat16 *p, float v) { *p = __f
         MC_ASSERT(e_ == cudaSuccess, "cuda attention: %s failed: %s", #call, cudaGetErrorString(e_));      \
     } while (0)
 
-static inline int attn_cdiv(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+__host__ __device__ __forceinline__ int attn_cdiv(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
 /* ---- launchers (each file's entry points) ---- */
 

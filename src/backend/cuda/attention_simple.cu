@@ -61,7 +61,7 @@ __device__ __forceinline__ void simple_load_rows(float *dst, int ld, const T *sr
 /* ---------------------------------------------------------------- forward */
 
 template <typename T>
-__global__ void __launch_bounds__(256) attn_simple_fwd_kernel(attn_geom g, T *out, float *lse, const T *qkv) {
+__global__ void __launch_bounds__(256, 1) attn_simple_fwd_kernel(attn_geom g, T *out, float *lse, const T *qkv) {
     extern __shared__ float smem[];
     const int d = g.d, ld = d | 1;
     float *Qs = smem, *Ks = Qs + SIMPLE_T * ld, *Vs = Ks + SIMPLE_T * ld;
@@ -184,7 +184,7 @@ __device__ __forceinline__ void simple_load_side(const attn_geom &g, simple_rows
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256) attn_simple_dkdv_kernel(attn_geom g, T *dqkv, const T *dout, const T *qkv,
+__global__ void __launch_bounds__(256, 1) attn_simple_dkdv_kernel(attn_geom g, T *dqkv, const T *dout, const T *qkv,
                                                                const float *lse, const float *D) {
     extern __shared__ float smem[];
     const int d = g.d, ld = d | 1;
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(256) attn_simple_dkdv_kernel(attn_geom g, T *d
 }
 
 template <typename T>
-__global__ void __launch_bounds__(256) attn_simple_dq_kernel(attn_geom g, T *dqkv, const T *dout, const T *qkv,
+__global__ void __launch_bounds__(256, 1) attn_simple_dq_kernel(attn_geom g, T *dqkv, const T *dout, const T *qkv,
                                                              const float *lse, const float *D) {
     extern __shared__ float smem[];
     const int d = g.d, ld = d | 1;

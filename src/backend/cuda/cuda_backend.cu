@@ -110,27 +110,32 @@ void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op) {
     return st->workspace;
 }
 
-void *mc_cuda_upload_table(mc_cuda_state *st, const void *host, size_t bytes, const char *op) {
-    if (bytes == 0) return st->seg_dev;
+void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op) {
     /* the previous upload from the pinned staging buffer must have completed */
     if (st->seg_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->seg_event), op);
     if (bytes > st->seg_host_bytes) {
-        size_t want = bytes * 2;
+        size_t want = bytes * 2 > 4096 ? bytes * 2 : 4096;
         if (st->seg_host) MC_CUDA_CHECK(cudaFreeHost(st->seg_host), op);
         st->seg_host = NULL;
+        st->seg_host_bytes = 0;
         MC_CUDA_CHECK(cudaMallocHost(&st->seg_host, want), op);
         st->seg_host_bytes = want;
     }
+    return st->seg_host;
+}
+
+void *mc_cuda_table_commit(mc_cuda_state *st, size_t bytes, const char *op) {
+    MC_ASSERT(bytes <= st->seg_host_bytes, "cuda %s: table of %zu bytes was not staged", op, bytes);
     if (bytes > st->seg_dev_bytes) {
-        size_t want = bytes * 2;
+        size_t want = bytes * 2 > 4096 ? bytes * 2 : 4096;
         MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), op); /* kernels may still read the old table */
         if (st->seg_dev) MC_CUDA_CHECK(cudaFree(st->seg_dev), op);
         st->seg_dev = NULL;
+        st->seg_dev_bytes = 0;
         MC_CUDA_CHECK(cudaMalloc(&st->seg_dev, want), op);
         st->seg_dev_bytes = want;
     }
-    memcpy(st->seg_host, host, bytes);
-    MC_CUDA_CHECK(cudaMemcpyAsync(st->seg_dev, st->seg_host, bytes, cudaMemcpyHostToDevice, st->stream), op);
+    if (bytes) MC_CUDA_CHECK(cudaMemcpyAsync(st->seg_dev, st->seg_host, bytes, cudaMemcpyHostToDevice, st->stream), op);
     MC_CUDA_CHECK(cudaEventRecord(st->seg_event, st->stream), op);
     st->seg_event_recorded = true;
     return st->seg_dev;

@@ -118,9 +118,13 @@ void mc_cuda_sync_checked(mc_cuda_state *st, const char *op);
 /* At least `bytes` of 256-byte aligned device scratch, valid until the next call (stream
  * ordered, so consecutive ops may reuse it). Growing synchronizes once. */
 void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op);
-/* Uploads `bytes` of host data into the segment-table device buffer (through pinned
- * staging, reused safely across calls); returns the device pointer. */
-void *mc_cuda_upload_table(mc_cuda_state *st, const void *host, size_t bytes, const char *op);
+/* Segment tables (adamw, sumsq_segments) go up through one pinned staging buffer:
+ * mc_cuda_table_staging returns it with room for `bytes` (after the previous upload from
+ * it has completed), the caller fills it, and mc_cuda_table_commit queues the copy on the
+ * stream and returns the device copy (valid for the ops queued after it, until the next
+ * commit). */
+void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op);
+void *mc_cuda_table_commit(mc_cuda_state *st, size_t bytes, const char *op);
 
 /* Grid size for a grid-stride loop over `items` with `threads` per block: enough blocks
  * to fill every multiprocessor once at full occupancy, no more than needed. */

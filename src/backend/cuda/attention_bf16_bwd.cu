@@ -1,0 +1,448 @@
+/* attention_bf16_bwd.cu: causal flash-attention backward on tensor cores (BF16 in, F32
+ * accumulation), FlashAttention-2 style but deterministic: no atomics, so dQ is not
+ * accumulated from the key-side kernel; it has its own pass over the key tiles.
+ * D = rowsum(dO * O) comes precomputed (attention.cu); P is recomputed from lse.
+ *
+ * dkdv kernel: block = (16 NW keys, kv group, batch); warp w owns keys 16w .. 16w+15 of the
+ *   block, so its dK and dV rows live in its registers for the whole kernel. It walks the
+ *   group's heads in order and, for each, the query tiles (BQ queries) from the diagonal to
+ *   S: a fixed order, so dK/dV of a kv head sum over its query heads deterministically.
+ *   Q and dO tiles (plus lse, D and the query rows' key ranges) stream through a two-stage
+ *   pipeline (cp.async for the tiles, plain stores for the side data); a tile none of whose
+ *   queries sees the block's keys (seg_start past them) is skipped by a __syncthreads_or
+ *   vote. Per tile each warp computes, transposed so that keys are the mma rows,
+ *     S^T = K Q^T, dP^T = V dO^T      (A = K, V fragments; B = Q, dO rows by ldmatrix)
+ *     P^T = exp2(S^T scale log2e - lse log2e), Pd = P z, dS^T = P (dP^T z - D) scale
+ *     dV += Pd^T dO, dK += dS^T Q     (A = the re-packed accumulators; B by ldmatrix.trans)
+ *   With d = 64 the K/V fragments stay in registers; with d = 128 they are re-read from
+ *   shared memory (dK and dV alone take 128 registers).
+ * dq kernel: block = (16 NW queries, head, batch), warp w owns 16 queries; Q and dO live in
+ *   registers as A fragments; K/V tiles of BK keys stream through the same two-stage
+ *   pipeline from the block's smallest seg_start to the diagonal:
+ *     S = Q K^T, dP = dO V^T, dS = P (dP z - D) scale, dQ += dS K (K by ldmatrix.trans).
+ * Shared rows are padded to d + 8 elements (conflict-free ldmatrix, see the forward).
+ * Grid order: the key tiles with the most queries first (dkdv), the query tiles with the
+ * most keys first (dq).
+ *
+ * Configurations:
+ *   d 64:  dkdv 4 warps (64 keys) x BQ 64, K/V in registers, ~56 KB shared;
+ *          dq 4 warps (64 queries) x BK 64, ~54 KB shared.
+ *   d 128: dkdv 4 warps (64 keys) x BQ 32, K/V re-read, ~70 KB shared;
+ *          dq 4 warps (64 queries) x BK 32, ~70 KB shared. */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "backend/cuda/attention_internal.h"
+
+/* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
+ * shared tile, 16 bytes per cp.async; rows at or past S are zero-filled. */
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void bwd_load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t base,
+                                              int64_t stride, int row0, int S) {
+    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+#pragma unroll
+    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
+        const int e = e0 + (int)threadIdx.x;
+        if (TOTAL % NT == 0 || e < TOTAL) {
+            const int r = e / CPR, ch = e % CPR;
+            const bool ok = row0 + r < S;
+            const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
+            attn_cp_async16(dst + r * (D + 8) + ch * 8, p, ok);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- dK, dV */
+
+template <int D, int NW, int BQ, bool KVREG>
+struct dkdv_cfg {
+    static constexpr int BKV = 16 * NW;
+    static constexpr int NT = 32 * NW;
+    static constexpr int LDS = D + 8;
+    static constexpr int KC = D / 16;
+    static constexpr int QN = BQ / 8; /* n tiles of S^T */
+    static constexpr int DN = D / 8;  /* n tiles of dK, dV */
+    static constexpr size_t TILES = (size_t)(2 * BKV + 4 * BQ) * LDS * sizeof(__nv_bfloat16);
+    static constexpr size_t SMEM = TILES + (size_t)2 * 4 * BQ * sizeof(float);
+    static_assert(BQ % 16 == 0 && BQ <= NT, "BQ");
+};
+
+template <int D, int NW, int BQ, bool KVREG>
+__global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __nv_bfloat16 *dqkv,
+                                                                const __nv_bfloat16 *dout,
+                                                                const __nv_bfloat16 *qkv, const float *lse,
+                                                                const float *D_) {
+    using C = dkdv_cfg<D, NW, BQ, KVREG>;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem_raw; /* [BKV][LDS] */
+    __nv_bfloat16 *Vs = Ks + C::BKV * C::LDS;      /* [BKV][LDS] */
+    __nv_bfloat16 *Qs = Vs + C::BKV * C::LDS;      /* [2][BQ][LDS] */
+    __nv_bfloat16 *dOs = Qs + 2 * BQ * C::LDS;     /* [2][BQ][LDS] */
+    float *lse2_s = (float *)(smem_raw + C::TILES); /* [2][BQ]: lse log2e */
+    float *D_s = lse2_s + 2 * BQ;                   /* [2][BQ] */
+    int *lo_s = (int *)(D_s + 2 * BQ);              /* [2][BQ]: first key of each query */
+    int *hi_s = lo_s + 2 * BQ;                      /* [2][BQ]: last key (i), -1 past S */
+
+    const int64_t ngb = (int64_t)g.G * g.B;
+    const int kt = (int)(blockIdx.x / ngb); /* key tile 0 has the most queries: first */
+    const int gb = (int)(blockIdx.x % ngb), grp = gb % g.G, b = gb / g.G;
+    const int j0 = kt * C::BKV, j_last = min(j0 + C::BKV, g.S) - 1;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
+    const int kw = warp * 16; /* the warp's first key in the block */
+    const int nq = attn_cdiv(g.S, BQ), qt0 = j0 / BQ, nqt = nq - qt0, nitems = g.hpg * nqt;
+    const int64_t obs = (int64_t)g.B * g.H * D; /* out/dout stride between positions */
+
+    bwd_load_tile<C::BKV, D, C::NT>(Ks, qkv, attn_k_off(g, 0, b, grp), g.row_stride, j0, g.S);
+    bwd_load_tile<C::BKV, D, C::NT>(Vs, qkv, attn_v_off(g, 0, b, grp), g.row_stride, j0, g.S);
+
+    /* item -> (head, query tile): its Q/dO tiles by cp.async and its side data by plain
+     * stores into stage `stage`; returns whether a query row this thread loaded sees a key
+     * of the block (the block votes on it before computing the item). */
+    auto load_item = [&](int item, int stage) -> bool {
+        const int h = grp * g.hpg + item / nqt, i0 = (qt0 + item % nqt) * BQ;
+        bwd_load_tile<BQ, D, C::NT>(Qs + stage * BQ * C::LDS, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
+        bwd_load_tile<BQ, D, C::NT>(dOs + stage * BQ * C::LDS, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
+        bool any = false;
+        if (tid < BQ) {
+            const int i = i0 + tid;
+            const bool valid = i < g.S;
+            const int lo = valid ? attn_seg_lo(g, b, i) : INT_MAX;
+            lo_s[stage * BQ + tid] = lo;
+            hi_s[stage * BQ + tid] = valid ? i : -1;
+            lse2_s[stage * BQ + tid] = valid ? lse[attn_row_off(g, i, b, h)] * ATTN_LOG2E : 0.0f;
+            D_s[stage * BQ + tid] = valid ? D_[attn_row_off(g, i, b, h)] : 0.0f;
+            any = valid && i >= j0 && lo <= j_last;
+        }
+        return any;
+    };
+
+    bool pred_cur = load_item(0, 0); /* nitems >= 1: the diagonal tile */
+    attn_cp_async_commit();          /* group 0: K, V and item 0 */
+
+    float dk[C::DN][4], dv[C::DN][4];
+#pragma unroll
+    for (int n = 0; n < C::DN; n++) dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+    uint32_t kf[KVREG ? C::KC : 1][4], vf[KVREG ? C::KC : 1][4];
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+    const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
+
+    for (int it = 0; it < nitems; it++) {
+        const int stage = it & 1;
+        bool pred_next = false;
+        if (it + 1 < nitems) pred_next = load_item(it + 1, stage ^ 1);
+        attn_cp_async_commit();
+        attn_cp_async_wait<1>();
+        const int active = __syncthreads_or(pred_cur ? 1 : 0); /* also the barrier: stage landed */
+        if (KVREG && it == 0) {
+#pragma unroll
+            for (int kc = 0; kc < (KVREG ? C::KC : 1); kc++) {
+                attn_ldsm_x4(kf[kc], Ks + (kw + a_row) * C::LDS + kc * 16 + a_col);
+                attn_ldsm_x4(vf[kc], Vs + (kw + a_row) * C::LDS + kc * 16 + a_col);
+            }
+        }
+        if (active) {
+            const int h = grp * g.hpg + it / nqt, i0 = (qt0 + it % nqt) * BQ;
+            const __nv_bfloat16 *Qb = Qs + stage * BQ * C::LDS, *dOb = dOs + stage * BQ * C::LDS;
+            const float *lse2 = lse2_s + stage * BQ, *Dv = D_s + stage * BQ;
+            const int *lo = lo_s + stage * BQ, *hi = hi_s + stage * BQ;
+
+            /* S^T = K Q^T, dP^T = V dO^T: [16 keys, BQ queries] per warp */
+            float st[C::QN][4], dpt[C::QN][4];
+#pragma unroll
+            for (int n = 0; n < C::QN; n++)
+                st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < C::KC; kc++) {
+                uint32_t ka[4], va[4];
+                if (KVREG) {
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        ka[r] = kf[KVREG ? kc : 0][r];
+                        va[r] = vf[KVREG ? kc : 0][r];
+                    }
+                } else {
+                    attn_ldsm_x4(ka, Ks + (kw + a_row) * C::LDS + kc * 16 + a_col);
+                    attn_ldsm_x4(va, Vs + (kw + a_row) * C::LDS + kc * 16 + a_col);
+                }
+#pragma unroll
+                for (int np = 0; np < C::QN / 2; np++) {
+                    uint32_t qb[4], ob[4];
+                    attn_ldsm_x4(qb, Qb + (np * 16 + b_row) * C::LDS + kc * 16 + b_col);
+                    attn_ldsm_x4(ob, dOb + (np * 16 + b_row) * C::LDS + kc * 16 + b_col);
+                    attn_mma(st[2 * np], ka, qb[0], qb[1]);
+                    attn_mma(st[2 * np + 1], ka, qb[2], qb[3]);
+                    attn_mma(dpt[2 * np], va, ob[0], ob[1]);
+                    attn_mma(dpt[2 * np + 1], va, ob[2], ob[3]);
+                }
+            }
+
+            /* element (n, e): key kw + gq + 8 (e / 2), query column 8 n + 2 tq + e % 2 */
+#pragma unroll
+            for (int n = 0; n < C::QN; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = n * 8 + 2 * tq + (e & 1), j = j0 + kw + gq + 8 * (e >> 1);
+                    const bool vis = j >= lo[qc] && j <= hi[qc];
+                    const float p = vis ? attn_ex2(st[n][e] * g.scale_log2 - lse2[qc]) : 0.0f;
+                    float z = 1.0f;
+                    if (g.dropout > 0.0f && vis) z = attn_drop_factor(g, attn_drop_index(g, b, h, i0 + qc, j));
+                    st[n][e] = p * z;
+                    dpt[n][e] = p * (dpt[n][e] * z - Dv[qc]) * g.scale;
+                }
+
+            /* dV += Pd^T dO, dK += dS^T Q */
+#pragma unroll
+            for (int kc = 0; kc < BQ / 16; kc++) {
+                uint32_t pa[4], sa[4];
+                pa[0] = attn_pack_bf16(st[2 * kc][0], st[2 * kc][1]);
+                pa[1] = attn_pack_bf16(st[2 * kc][2], st[2 * kc][3]);
+                pa[2] = attn_pack_bf16(st[2 * kc + 1][0], st[2 * kc + 1][1]);
+                pa[3] = attn_pack_bf16(st[2 * kc + 1][2], st[2 * kc + 1][3]);
+                sa[0] = attn_pack_bf16(dpt[2 * kc][0], dpt[2 * kc][1]);
+                sa[1] = attn_pack_bf16(dpt[2 * kc][2], dpt[2 * kc][3]);
+                sa[2] = attn_pack_bf16(dpt[2 * kc + 1][0], dpt[2 * kc + 1][1]);
+                sa[3] = attn_pack_bf16(dpt[2 * kc + 1][2], dpt[2 * kc + 1][3]);
+#pragma unroll
+                for (int dn = 0; dn < D / 16; dn++) {
+                    uint32_t ob[4], qb[4];
+                    attn_ldsm_x4_trans(ob, dOb + (kc * 16 + a_row) * C::LDS + dn * 16 + a_col);
+                    attn_ldsm_x4_trans(qb, Qb + (kc * 16 + a_row) * C::LDS + dn * 16 + a_col);
+                    attn_mma(dv[2 * dn], pa, ob[0], ob[1]);
+                    attn_mma(dv[2 * dn + 1], pa, ob[2], ob[3]);
+                    attn_mma(dk[2 * dn], sa, qb[0], qb[1]);
+                    attn_mma(dk[2 * dn + 1], sa, qb[2], qb[3]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with `stage` before the next iteration refills it */
+        pred_cur = pred_next;
+    }
+    attn_cp_async_wait<0>(); /* nothing may be in flight at exit (the last group is empty) */
+
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int j = j0 + kw + gq + 8 * hf;
+        if (j >= g.S) continue;
+        __nv_bfloat16 *kd = dqkv + attn_k_off(g, j, b, grp) + 2 * tq, *vd = dqkv + attn_v_off(g, j, b, grp) + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < C::DN; n++) {
+            *reinterpret_cast<uint32_t *>(kd + n * 8) = attn_pack_bf16(dk[n][2 * hf], dk[n][2 * hf + 1]);
+            *reinterpret_cast<uint32_t *>(vd + n * 8) = attn_pack_bf16(dv[n][2 * hf], dv[n][2 * hf + 1]);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- dQ */
+
+template <int D, int NW, int BK>
+struct dq_cfg {
+    static constexpr int BQ = 16 * NW;
+    static constexpr int NT = 32 * NW;
+    static constexpr int LDS = D + 8;
+    static constexpr int KC = D / 16;
+    static constexpr int SN = BK / 8;
+    static constexpr int DN = D / 8;
+    static constexpr size_t SMEM = (size_t)(2 * BQ + 4 * BK) * LDS * sizeof(__nv_bfloat16) + 16 * sizeof(int);
+};
+
+template <int D, int NW, int BK>
+__global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                                                              const __nv_bfloat16 *qkv, const float *lse,
+                                                              const float *D_) {
+    using C = dq_cfg<D, NW, BK>;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw; /* [BQ][LDS] */
+    __nv_bfloat16 *dOs = Qs + C::BQ * C::LDS;      /* [BQ][LDS] */
+    __nv_bfloat16 *Ks = dOs + C::BQ * C::LDS;      /* [2][BK][LDS] */
+    __nv_bfloat16 *Vs = Ks + 2 * BK * C::LDS;      /* [2][BK][LDS] */
+    int *red = (int *)(Vs + 2 * BK * C::LDS);      /* [NW] */
+
+    const int nq = attn_cdiv(g.S, C::BQ);
+    const int64_t nhb = (int64_t)g.H * g.B;
+    const int qt = nq - 1 - (int)(blockIdx.x / nhb);
+    const int hb = (int)(blockIdx.x % nhb), h = hb % g.H, b = hb / g.H, grp = h / g.hpg;
+    const int i0 = qt * C::BQ, i_last = min(i0 + C::BQ, g.S) - 1;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane / 4, tq = lane % 4;
+    const int wrow0 = warp * 16;
+    const int64_t obs = (int64_t)g.B * g.H * D;
+
+    /* this thread's two rows (hf): first key, last key, lse log2e, D */
+    int lo_t[2], hi_t[2];
+    float lse2_t[2], D_t[2];
+    int my_min = INT_MAX;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i0 + wrow0 + gq + 8 * hf;
+        const bool valid = i < g.S;
+        lo_t[hf] = valid ? attn_seg_lo(g, b, i) : INT_MAX;
+        hi_t[hf] = valid ? i : -1;
+        lse2_t[hf] = valid ? lse[attn_row_off(g, i, b, h)] * ATTN_LOG2E : 0.0f;
+        D_t[hf] = valid ? D_[attn_row_off(g, i, b, h)] : 0.0f;
+        my_min = min(my_min, lo_t[hf]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) my_min = min(my_min, __shfl_xor_sync(0xffffffffu, my_min, off));
+    if (lane == 0) red[warp] = my_min;
+
+    const int64_t kbase = attn_k_off(g, 0, b, grp), vbase = kbase + D;
+    bwd_load_tile<C::BQ, D, C::NT>(Qs, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
+    bwd_load_tile<C::BQ, D, C::NT>(dOs, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
+    __syncthreads(); /* red[] complete */
+    int klo = INT_MAX;
+#pragma unroll
+    for (int w = 0; w < NW; w++) klo = min(klo, red[w]);
+    const int kt0 = klo / BK, kt1 = i_last / BK, nkt = kt1 - kt0 + 1;
+    bwd_load_tile<BK, D, C::NT>(Ks, qkv, kbase, g.row_stride, kt0 * BK, g.S);
+    bwd_load_tile<BK, D, C::NT>(Vs, qkv, vbase, g.row_stride, kt0 * BK, g.S);
+    attn_cp_async_commit();
+
+    uint32_t qf[C::KC][4], of[C::KC][4];
+    float dq[C::DN][4];
+#pragma unroll
+    for (int n = 0; n < C::DN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+    const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
+
+    for (int it = 0; it < nkt; it++) {
+        const int kt = kt0 + it, buf = it & 1;
+        if (it + 1 < nkt) {
+            bwd_load_tile<BK, D, C::NT>(Ks + (buf ^ 1) * BK * C::LDS, qkv, kbase, g.row_stride, (kt + 1) * BK, g.S);
+            bwd_load_tile<BK, D, C::NT>(Vs + (buf ^ 1) * BK * C::LDS, qkv, vbase, g.row_stride, (kt + 1) * BK, g.S);
+        }
+        attn_cp_async_commit();
+        attn_cp_async_wait<1>();
+        __syncthreads();
+        if (it == 0) {
+#pragma unroll
+            for (int kc = 0; kc < C::KC; kc++) {
+                attn_ldsm_x4(qf[kc], Qs + (wrow0 + a_row) * C::LDS + kc * 16 + a_col);
+                attn_ldsm_x4(of[kc], dOs + (wrow0 + a_row) * C::LDS + kc * 16 + a_col);
+            }
+        }
+        const __nv_bfloat16 *Kb = Ks + buf * BK * C::LDS, *Vb = Vs + buf * BK * C::LDS;
+
+        float s[C::SN][4], dp[C::SN][4];
+#pragma unroll
+        for (int n = 0; n < C::SN; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < C::KC; kc++)
+#pragma unroll
+            for (int np = 0; np < C::SN / 2; np++) {
+                uint32_t kb[4], vb[4];
+                attn_ldsm_x4(kb, Kb + (np * 16 + b_row) * C::LDS + kc * 16 + b_col);
+                attn_ldsm_x4(vb, Vb + (np * 16 + b_row) * C::LDS + kc * 16 + b_col);
+                attn_mma(s[2 * np], qf[kc], kb[0], kb[1]);
+                attn_mma(s[2 * np + 1], qf[kc], kb[2], kb[3]);
+                attn_mma(dp[2 * np], of[kc], vb[0], vb[1]);
+                attn_mma(dp[2 * np + 1], of[kc], vb[2], vb[3]);
+            }
+
+        const int j0 = kt * BK;
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = i0 + wrow0 + gq + 8 * hf;
+#pragma unroll
+            for (int n = 0; n < C::SN; n++) {
+                const int j = j0 + n * 8 + 2 * tq;
+                float z0 = 1.0f, z1 = 1.0f;
+                if (g.dropout > 0.0f) attn_drop_factor2(g, attn_drop_index(g, b, h, i, j), z0, z1);
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const bool vis = j + e >= lo_t[hf] && j + e <= hi_t[hf];
+                    const float p = vis ? attn_ex2(s[n][2 * hf + e] * g.scale_log2 - lse2_t[hf]) : 0.0f;
+                    const float z = e ? z1 : z0;
+                    dp[n][2 * hf + e] = p * (dp[n][2 * hf + e] * z - D_t[hf]) * g.scale;
+                }
+            }
+        }
+
+        /* dQ += dS K */
+#pragma unroll
+        for (int kc = 0; kc < BK / 16; kc++) {
+            uint32_t sa[4];
+            sa[0] = attn_pack_bf16(dp[2 * kc][0], dp[2 * kc][1]);
+            sa[1] = attn_pack_bf16(dp[2 * kc][2], dp[2 * kc][3]);
+            sa[2] = attn_pack_bf16(dp[2 * kc + 1][0], dp[2 * kc + 1][1]);
+            sa[3] = attn_pack_bf16(dp[2 * kc + 1][2], dp[2 * kc + 1][3]);
+#pragma unroll
+            for (int dn = 0; dn < D / 16; dn++) {
+                uint32_t kb[4];
+                attn_ldsm_x4_trans(kb, Kb + (kc * 16 + a_row) * C::LDS + dn * 16 + a_col);
+                attn_mma(dq[2 * dn], sa, kb[0], kb[1]);
+                attn_mma(dq[2 * dn + 1], sa, kb[2], kb[3]);
+            }
+        }
+        __syncthreads(); /* every warp is done with `buf` before the next iteration refills it */
+    }
+    attn_cp_async_wait<0>();
+
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int i = i0 + wrow0 + gq + 8 * hf;
+        if (i >= g.S) continue;
+        __nv_bfloat16 *dst = dqkv + attn_q_off(g, i, b, h) + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < C::DN; n++)
+            *reinterpret_cast<uint32_t *>(dst + n * 8) = attn_pack_bf16(dq[n][2 * hf], dq[n][2 * hf + 1]);
+    }
+}
+
+/* ---------------------------------------------------------------- launchers */
+
+template <int D, int NW, int BQ, bool KVREG>
+static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                        const __nv_bfloat16 *qkv, const float *lse, const float *Drow) {
+    using C = dkdv_cfg<D, NW, BQ, KVREG>;
+    const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BKV) * g.G * g.B;
+    MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
+    auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, KVREG>;
+    ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow);
+    ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
+}
+
+template <int D, int NW, int BK>
+static void dq_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                      const __nv_bfloat16 *qkv, const float *lse, const float *Drow) {
+    using C = dq_cfg<D, NW, BK>;
+    const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BQ) * g.H * g.B;
+    MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
+    auto kernel = attn_mma_dq_kernel<D, NW, BK>;
+    ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow);
+    ATTN_CHECK_LAUNCH("attn_mma_dq_kernel");
+}
+
+/* MC_ATTN_BWD_CFG=1 selects the alternative tilings (for timing comparisons). */
+static int bwd_variant(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MC_ATTN_BWD_CFG");
+        v = e ? atoi(e) : 0;
+    }
+    return v;
+}
+
+void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                  const __nv_bfloat16 *qkv, const float *lse, const float *D) {
+    const int v = bwd_variant();
+    if (g.d == 64) {
+        if (v == 1) {
+            dkdv_launch<64, 8, 64, true>(st, g, dqkv, dout, qkv, lse, D);
+            dq_launch<64, 8, 64>(st, g, dqkv, dout, qkv, lse, D);
+        } else {
+            dkdv_launch<64, 4, 64, true>(st, g, dqkv, dout, qkv, lse, D);
+            dq_launch<64, 4, 64>(st, g, dqkv, dout, qkv, lse, D);
+        }
+    } else if (g.d == 128) {
+        if (v == 1) {
+            dkdv_launch<128, 8, 32, false>(st, g, dqkv, dout, qkv, lse, D);
+            dq_launch<128, 8, 32>(st, g, dqkv, dout, qkv, lse, D);
+        } else {
+            dkdv_launch<128, 4, 32, false>(st, g, dqkv, dout, qkv, lse, D);
+            dq_launch<128, 4, 32>(st, g, dqkv, dout, qkv, lse, D);
+        }
+    } else {
+        MC_ASSERT(0, "cuda attention: no tensor-core backward for head_dim %d", g.d);
+    }
+}

@@ -1,0 +1,414 @@
+/* gemm.cu: general GEMM and the linear layer (forward and backward) through cuBLASLt, the
+ * bias-gradient column sums, and a plain tiled kernel as the fallback for shapes or
+ * alignments cuBLASLt has no algorithm for.
+ *
+ * Row-major through a column-major library: C[m,n] = op(A) op(B) row-major is, seen
+ * column-major, C^T[n,m] = op(B)^T op(A)^T, so cuBLASLt's A is our B and its B our A, with
+ * the same transposes, and every leading dimension is the row length of the row-major
+ * matrix.
+ *
+ * Precision: CUBLAS_COMPUTE_32F everywhere (never TF32: the F32 path must match the CPU to
+ * 1e-5), F32 scale type. BF16 inputs write BF16 (y, dx) or accumulate with beta = 1 into
+ * F32 (dW += into Megatron's main_grad).
+ *
+ * Descriptor cache: matmul/layout descriptors and the heuristic's algorithm are made once
+ * per distinct (m, n, k, transposes, dtypes, bias, beta != 0, pointer alignments) and kept
+ * in a small LRU table; the steady state makes no heuristic query. The pointer alignments
+ * are part of the key because parameters live at arbitrary element offsets of one flat
+ * buffer, and an algorithm picked for 256-byte aligned operands may not run on 2-byte
+ * aligned ones. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { GEMM_CACHE_SIZE = 256 };
+
+typedef struct gemm_key {
+    int64_t m, n, k;
+    int32_t ta, tb;
+    int32_t ab_dt, c_dt, bias_dt; /* bias_dt -1: no bias epilogue */
+    int32_t beta_nonzero;
+    uint32_t al_a, al_b, al_c, al_bias;
+} gemm_key;
+
+typedef struct gemm_entry {
+    gemm_key key;
+    bool used, has_algo;
+    uint64_t last_use;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+} gemm_entry;
+
+struct mc_cuda_gemm_cache {
+    gemm_entry e[GEMM_CACHE_SIZE];
+    uint64_t tick;
+    bool warned_fallback;
+};
+
+static void entry_release(gemm_entry *e) {
+    if (e->op) cublasLtMatmulDescDestroy(e->op);
+    if (e->la) cublasLtMatrixLayoutDestroy(e->la);
+    if (e->lb) cublasLtMatrixLayoutDestroy(e->lb);
+    if (e->lc) cublasLtMatrixLayoutDestroy(e->lc);
+    memset(e, 0, sizeof *e);
+}
+
+void mc_cuda_gemm_cache_destroy(mc_cuda_state *st) {
+    if (!st->gemm) return;
+    for (int i = 0; i < GEMM_CACHE_SIZE; i++)
+        if (st->gemm->e[i].used) entry_release(&st->gemm->e[i]);
+    free(st->gemm);
+    st->gemm = NULL;
+}
+
+/* Largest power of two (at most 256) dividing the address. */
+static uint32_t align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+static cudaDataType_t cuda_type(mc_dtype dt) {
+    switch (dt) {
+    case MC_F32: return CUDA_R_32F;
+    case MC_BF16: return CUDA_R_16BF;
+    case MC_F16: return CUDA_R_16F;
+    default: mc_assert_fail("dtype", __FILE__, __LINE__, "cuda gemm: dtype %s has no cuBLAS type", mc_dtype_name(dt));
+    }
+}
+
+/* ---- fallback: a tiled kernel (F32 accumulation), for correctness, not speed ---- */
+
+enum { FB_TILE = 16 };
+
+template <typename TA, typename TC>
+__global__ void gemm_fallback_kernel(TC *C, const TA *A, const TA *B, const TA *bias, int64_t m, int64_t n, int64_t k,
+                                     bool ta, bool tb, float alpha, float beta) {
+    __shared__ float As[FB_TILE][FB_TILE + 1], Bs[FB_TILE][FB_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t row = (int64_t)blockIdx.y * FB_TILE + ty, col = (int64_t)blockIdx.x * FB_TILE + tx;
+    float acc = 0.0f;
+    for (int64_t k0 = 0; k0 < k; k0 += FB_TILE) {
+        int64_t ka = k0 + tx, kb = k0 + ty;
+        /* op(A)(i, kk) = ta ? A[kk, i] : A[i, kk];  op(B)(kk, j) = tb ? B[j, kk] : B[kk, j] */
+        As[ty][tx] = (row < m && ka < k) ? mc_ld(ta ? A + ka * m + row : A + row * k + ka) : 0.0f;
+        Bs[ty][tx] = (col < n && kb < k) ? mc_ld(tb ? B + col * k + kb : B + kb * n + col) : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FB_TILE; kk++) acc += As[ty][kk] * Bs[kk][tx];
+        __syncthreads();
+    }
+    if (row < m && col < n) {
+        float v = alpha * acc;
+        if (beta != 0.0f) v += beta * mc_ld(C + row * n + col);
+        if (bias) v += mc_ld(bias + col);
+        mc_st(C + row * n + col, v);
+    }
+}
+
+template <typename TA, typename TC>
+static void launch_fallback(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                            const void *B, bool tb, void *C, float alpha, float beta, const void *bias) {
+    MC_ASSERT((m + FB_TILE - 1) / FB_TILE <= 65535, "cuda %s: fallback gemm: m = %lld rows is too many", op, (long long)m);
+    dim3 block(FB_TILE, FB_TILE), grid((unsigned)((n + FB_TILE - 1) / FB_TILE), (unsigned)((m + FB_TILE - 1) / FB_TILE));
+    gemm_fallback_kernel<TA, TC><<<grid, block, 0, st->stream>>>((TC *)C, (const TA *)A, (const TA *)B,
+                                                                 (const TA *)bias, m, n, k, ta, tb, alpha, beta);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+static void fallback_gemm(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                          const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                          const void *bias) {
+    if (ab_dt == MC_F32 && c_dt == MC_F32)
+        launch_fallback<float, float>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
+    else if (ab_dt == MC_BF16 && c_dt == MC_BF16)
+        launch_fallback<__nv_bfloat16, __nv_bfloat16>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
+    else if (ab_dt == MC_BF16 && c_dt == MC_F32)
+        launch_fallback<__nv_bfloat16, float>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
+    else
+        mc_assert_fail("dtypes", __FILE__, __LINE__, "cuda %s: no gemm for inputs %s, output %s", op,
+                       mc_dtype_name(ab_dt), mc_dtype_name(c_dt));
+}
+
+/* ---- cuBLASLt ---- */
+
+static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
+    if (!st->gemm) st->gemm = (struct mc_cuda_gemm_cache *)mc_xcalloc(1, sizeof(struct mc_cuda_gemm_cache));
+    struct mc_cuda_gemm_cache *c = st->gemm;
+    c->tick++;
+    gemm_entry *victim = &c->e[0];
+    for (int i = 0; i < GEMM_CACHE_SIZE; i++) {
+        gemm_entry *e = &c->e[i];
+        if (e->used && memcmp(&e->key, key, sizeof *key) == 0) {
+            e->last_use = c->tick;
+            return e;
+        }
+        if (!e->used) {
+            if (victim->used) victim = e;
+        } else if (victim->used && e->last_use < victim->last_use) {
+            victim = e;
+        }
+    }
+    if (victim->used) entry_release(victim);
+    return victim; /* unused now: the caller builds it */
+}
+
+/* Builds the descriptors and picks the algorithm for `key` (bias pointer set, since the
+ * heuristic reads its alignment). */
+static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, const void *bias, const char *op) {
+    e->key = *key;
+    e->used = true;
+    e->last_use = st->gemm->tick;
+    const int64_t m = key->m, n = key->n, k = key->k;
+    const bool ta = key->ta != 0, tb = key->tb != 0;
+    cudaDataType_t abt = cuda_type((mc_dtype)key->ab_dt), ct = cuda_type((mc_dtype)key->c_dt);
+    MC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&e->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), op);
+    if (key->bias_dt >= 0) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        int32_t bt = (int32_t)cuda_type((mc_dtype)key->bias_dt);
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), op);
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+    }
+    /* column-major views: Lt A = our B, Lt B = our A, Lt C = our C transposed */
+    uint64_t la_rows = tb ? (uint64_t)k : (uint64_t)n, la_cols = tb ? (uint64_t)n : (uint64_t)k;
+    uint64_t lb_rows = ta ? (uint64_t)m : (uint64_t)k, lb_cols = ta ? (uint64_t)k : (uint64_t)m;
+    MC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e->la, abt, la_rows, la_cols, (int64_t)la_rows), op);
+    MC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e->lb, abt, lb_rows, lb_cols, (int64_t)lb_rows), op);
+    MC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&e->lc, ct, (uint64_t)n, (uint64_t)m, n), op);
+
+    cublasLtMatmulPreference_t pref;
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), op);
+    uint64_t ws = st->lt_workspace_bytes;
+    uint32_t al_a = key->al_b, al_b = key->al_a, al_c = key->al_c; /* Lt's A is our B */
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c), op);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    int nres = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    e->has_algo = s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
+                  res.workspaceSize <= st->lt_workspace_bytes;
+    if (e->has_algo) {
+        e->algo = res.algo;
+    } else if (!st->gemm->warned_fallback) {
+        st->gemm->warned_fallback = true;
+        fprintf(stderr,
+                "megatron-c: warning: cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (%s%s, %s -> %s, "
+                "alignments %u/%u/%u, bias %s) (%s); using the slow fallback kernel for such shapes\n",
+                op, (long long)m, (long long)n, (long long)k, ta ? "T" : "N", tb ? "T" : "N",
+                mc_dtype_name((mc_dtype)key->ab_dt), mc_dtype_name((mc_dtype)key->c_dt), key->al_a, key->al_b,
+                key->al_c, key->bias_dt >= 0 ? "yes" : "no", cublasLtGetStatusString(s));
+    }
+}
+
+/* C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows), row-major; m, n, k > 0.
+ * A, B of dtype ab_dt; C of c_dt; bias (optional) of ab_dt, 16-byte aligned. */
+static void matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                   const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                   const void *bias) {
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.m = m, key.n = n, key.k = k;
+    key.ta = ta, key.tb = tb;
+    key.ab_dt = ab_dt, key.c_dt = c_dt, key.bias_dt = bias ? (int32_t)ab_dt : -1;
+    key.beta_nonzero = beta != 0.0f;
+    key.al_a = align_of(A), key.al_b = align_of(B), key.al_c = align_of(C);
+    key.al_bias = bias ? align_of(bias) : 0;
+    gemm_entry *e = cache_lookup(st, &key);
+    if (!e->used) entry_build(st, e, &key, bias, op);
+    if (!e->has_algo) {
+        fallback_gemm(st, op, m, n, k, A, ta, B, tb, ab_dt, C, c_dt, alpha, beta, bias);
+        return;
+    }
+    if (bias)
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+    MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
+                                   st->lt_workspace, st->lt_workspace_bytes, st->stream),
+                    op);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* ---- small kernels: C *= beta, bias broadcast, column sums ---- */
+
+template <typename T>
+__global__ void scale_or_zero_kernel(T *c, int64_t count, float beta) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        mc_st(c + i, beta == 0.0f ? 0.0f : mc_ld(c + i) * beta);
+}
+
+static void scale_or_zero(mc_cuda_state *st, const char *op, void *c, mc_dtype dt, int64_t count, float beta) {
+    if (count <= 0) return;
+    unsigned grid = mc_cuda_grid(st, count, 256);
+    if (dt == MC_F32) scale_or_zero_kernel<float><<<grid, 256, 0, st->stream>>>((float *)c, count, beta);
+    else scale_or_zero_kernel<__nv_bfloat16><<<grid, 256, 0, st->stream>>>((__nv_bfloat16 *)c, count, beta);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* y[r, c] = bias[c] */
+template <typename T>
+__global__ void bias_fill_kernel(T *y, const T *bias, int64_t rows, int64_t cols) {
+    int64_t total = rows * cols;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = bias[i % cols];
+}
+
+/* part[chunk, c] = sum over rows [chunk*rpc, (chunk+1)*rpc) of dy[r, c]: 32 columns x 8 row
+ * lanes per block, the lanes' sums added in lane order. */
+template <typename T>
+__global__ void colsum_partial_kernel(float *part, const T *dy, int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+    __shared__ float sh[8][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t col = (int64_t)blockIdx.x * 32 + tx, chunk = blockIdx.y;
+    const int64_t r0 = chunk * rows_per_chunk;
+    const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float s = 0.0f;
+    if (col < cols)
+        for (int64_t r = r0 + ty; r < r1; r += 8) s += mc_ld(dy + r * cols + col);
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+        float t = sh[0][tx];
+#pragma unroll
+        for (int j = 1; j < 8; j++) t += sh[j][tx];
+        part[chunk * cols + col] = t;
+    }
+}
+
+/* db[c] += sum over chunks (in order, in double) of part[chunk, c] */
+__global__ void colsum_finish_kernel(float *db, const float *part, int64_t nchunks, int64_t cols) {
+    int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    double s = 0.0;
+    for (int64_t ch = 0; ch < nchunks; ch++) s += (double)part[ch * cols + col];
+    db[col] += (float)s;
+}
+
+/* db[cols] (F32) += column sums of dy[rows, cols]; deterministic (fixed chunking). */
+static void colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
+                       int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    int64_t colblocks = (cols + 31) / 32;
+    int64_t target = (int64_t)st->sm_count * 8; /* blocks of 256 threads: about one full wave */
+    int64_t nchunks = (target + colblocks - 1) / colblocks;
+    int64_t max_chunks = (rows + 7) / 8; /* at least 8 rows (one per lane) per chunk */
+    if (nchunks > max_chunks) nchunks = max_chunks;
+    if (nchunks > 4096) nchunks = 4096;
+    if (nchunks < 1) nchunks = 1;
+    int64_t rpc = (rows + nchunks - 1) / nchunks;
+    nchunks = (rows + rpc - 1) / rpc;
+    MC_ASSERT(colblocks <= 0x7fffffff, "cuda %s: %lld columns", op, (long long)cols);
+    float *part = (float *)mc_cuda_workspace(st, (size_t)(nchunks * cols) * sizeof(float), op);
+    dim3 block(32, 8), grid((unsigned)colblocks, (unsigned)nchunks);
+    if (dt == MC_F32)
+        colsum_partial_kernel<float><<<grid, block, 0, st->stream>>>(part, (const float *)dy, rows, cols, rpc);
+    else
+        colsum_partial_kernel<__nv_bfloat16><<<grid, block, 0, st->stream>>>(part, (const __nv_bfloat16 *)dy, rows,
+                                                                              cols, rpc);
+    MC_CUDA_LAUNCHED(st, op);
+    colsum_finish_kernel<<<(unsigned)((cols + 255) / 256), 256, 0, st->stream>>>(db, part, nchunks, cols);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* ---- entries ---- */
+
+void mc_cuda_gemm(mc_backend *be, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
+                  float alpha, float beta) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "gemm";
+    mc_cuda_check_float(op, "a", a);
+    mc_cuda_check_dtype(op, "b", b, a->dtype);
+    if (!(mc_tensor_present(c) && (c->dtype == a->dtype || (a->dtype == MC_BF16 && c->dtype == MC_F32))))
+        mc_assert_fail("dtype", __FILE__, __LINE__, "cuda gemm: operand c has dtype %s; expected %s%s", 
+                       mc_tensor_present(c) ? mc_dtype_name(c->dtype) : "absent", mc_dtype_name(a->dtype),
+                       a->dtype == MC_BF16 ? " or F32" : "");
+    int64_t a_rows = mc_cuda_rows(a), a_cols = mc_cuda_cols(a), b_rows = mc_cuda_rows(b), b_cols = mc_cuda_cols(b);
+    int64_t m = trans_a ? a_cols : a_rows, k = trans_a ? a_rows : a_cols;
+    int64_t kb = trans_b ? b_cols : b_rows, n = trans_b ? b_rows : b_cols;
+    MC_ASSERT(k == kb, "cuda gemm: inner dimensions differ: op(a) is [%lld, %lld], op(b) is [%lld, %lld]", (long long)m,
+              (long long)k, (long long)kb, (long long)n);
+    mc_cuda_check_2d(op, "c", c, m, n);
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        scale_or_zero(st, op, c->data, c->dtype, m * n, beta);
+        return;
+    }
+    matmul(st, op, m, n, k, a->data, trans_a, b->data, trans_b, a->dtype, c->data, c->dtype, alpha, beta, NULL);
+}
+
+void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "linear_fwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_cuda_check_dtype(op, "w", w, x->dtype);
+    mc_cuda_check_dtype(op, "y", y, x->dtype);
+    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
+    mc_cuda_check_2d(op, "w", w, out, in);
+    mc_cuda_check_2d(op, "y", y, n, out);
+    bool bias = mc_tensor_present(b);
+    if (bias) {
+        mc_cuda_check_dtype(op, "b", b, x->dtype);
+        mc_cuda_check_numel(op, "b", b, out);
+    }
+    if (n == 0 || out == 0) return;
+    /* The BIAS epilogue needs an aligned bias; otherwise the bias is written into y first
+     * and the product accumulated onto it (beta = 1), as the CPU backend does. */
+    bool epilogue = bias && in > 0 && mc_cuda_aligned16(b->data);
+    if (bias && !epilogue) {
+        unsigned grid = mc_cuda_grid(st, n * out, 256);
+        if (x->dtype == MC_F32)
+            bias_fill_kernel<float><<<grid, 256, 0, st->stream>>>((float *)y->data, (const float *)b->data, n, out);
+        else
+            bias_fill_kernel<__nv_bfloat16><<<grid, 256, 0, st->stream>>>(
+                (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)b->data, n, out);
+        MC_CUDA_LAUNCHED(st, op);
+    }
+    if (in == 0) {
+        if (!bias) scale_or_zero(st, op, y->data, y->dtype, n * out, 0.0f);
+        return;
+    }
+    /* y[n, out] = x[n, in] w[out, in]^T (+ b) */
+    matmul(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, y->dtype, 1.0f,
+           bias && !epilogue ? 1.0f : 0.0f, epilogue ? b->data : NULL);
+}
+
+void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                        const mc_tensor *x, const mc_tensor *w) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "linear_bwd";
+    mc_cuda_check_float(op, "dy", dy);
+    mc_cuda_check_dtype(op, "x", x, dy->dtype);
+    mc_cuda_check_dtype(op, "w", w, dy->dtype);
+    int64_t n = mc_cuda_rows(dy), out = mc_cuda_cols(dy), in = mc_cuda_cols(w);
+    mc_cuda_check_2d(op, "w", w, out, in);
+    mc_cuda_check_2d(op, "x", x, n, in);
+    if (mc_tensor_present(dx)) { /* dx[n, in] = dy[n, out] w[out, in] */
+        mc_cuda_check_dtype(op, "dx", dx, dy->dtype);
+        mc_cuda_check_2d(op, "dx", dx, n, in);
+        if (n > 0 && in > 0) {
+            if (out == 0) scale_or_zero(st, op, dx->data, dx->dtype, n * in, 0.0f);
+            else matmul(st, op, n, in, out, dy->data, false, w->data, false, dy->dtype, dx->data, dx->dtype, 1.0f, 0.0f, NULL);
+        }
+    }
+    if (mc_tensor_present(dw)) { /* dw[out, in] += dy^T x, into F32 (main_grad) */
+        mc_cuda_check_dtype(op, "dw", dw, MC_F32);
+        mc_cuda_check_2d(op, "dw", dw, out, in);
+        if (n > 0 && in > 0 && out > 0)
+            matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f, 1.0f, NULL);
+    }
+    if (mc_tensor_present(db)) { /* db[out] += sum_rows dy, into F32 */
+        mc_cuda_check_dtype(op, "db", db, MC_F32);
+        mc_cuda_check_numel(op, "db", db, out);
+        colsum_add(st, op, (float *)db->data, dy->data, dy->dtype, n, out);
+    }
+}

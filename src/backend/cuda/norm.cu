@@ -1,0 +1,335 @@
+/* norm.cu: LayerNorm and RMSNorm over the last dim, forward and backward.
+ *   layernorm: y = (x - mean) rstd w + b,  rstd = 1/sqrt(var + eps), biased variance
+ *   rmsnorm:   y = x rstd w,               rstd = 1/sqrt(mean(x^2) + eps)
+ * mean/rstd [N] are F32 whatever the activation dtype. Backward, with xhat = (x - mean) rstd
+ * and g = dy w per row:
+ *   layernorm: dx += rstd (g - mean(g) - xhat mean(g xhat))
+ *   rmsnorm:   dx += rstd (g - xhat mean(g xhat))
+ * and dw += sum_rows dy xhat, db += sum_rows dy into F32.
+ *
+ * Forward: one warp per row, the row read three times (sum, centred sum of squares, write;
+ * the re-reads hit L1/L2), so the variance is two-pass as on the CPU.
+ * Backward: a fixed grid of blocks, each owning a fixed set of rows (row = block, block +
+ * grid, ...); a block processes one row at a time with all its threads (a block-wide sum of
+ * g and g xhat), and each thread owns fixed columns, so it accumulates its columns' dw/db
+ * over the block's rows without any race (in shared memory when 8 h bytes fit, else in the
+ * block's slice of the global partial buffer). A second kernel adds the blocks' partials
+ * in block order: deterministic, no atomics. dx may alias dy (each element is read before
+ * the same thread writes it). */
+#include "backend/cuda/cuda_internal.h"
+
+enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
+
+/* ---- forward ---- */
+
+template <typename T, bool VEC, bool LN>
+__global__ void norm_fwd_kernel(T *y, float *mean_out, float *rstd_out, const T *x, const T *w, const T *b, int64_t n,
+                                int64_t h, float eps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps_total = (int64_t)gridDim.x * (blockDim.x >> 5);
+    const int64_t groups = (h + 7) / 8;
+    for (int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); row < n; row += warps_total) {
+        const T *xr = x + row * h;
+        float mean = 0.0f;
+        if (LN) {
+            float s = 0.0f;
+            for (int64_t g = lane; g < groups; g += 32) {
+                float v[8];
+                mc_load_group<T, VEC>(xr, g * 8, h, v);
+#pragma unroll
+                for (int k = 0; k < 8; k++) s += v[k];
+            }
+            s = mc_warp_sum(s);
+            mean = (float)((double)s / (double)h);
+        }
+        float sq = 0.0f;
+        for (int64_t g = lane; g < groups; g += 32) {
+            float v[8];
+            mc_load_group<T, VEC>(xr, g * 8, h, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float d = g * 8 + k < h ? v[k] - mean : 0.0f;
+                sq += d * d;
+            }
+        }
+        sq = mc_warp_sum(sq);
+        const float rstd = (float)(1.0 / sqrt((double)sq / (double)h + (double)eps));
+        T *yr = y + row * h;
+        for (int64_t g = lane; g < groups; g += 32) {
+            float v[8], wv[8], bv[8];
+            mc_load_group<T, VEC>(xr, g * 8, h, v);
+            mc_load_group<T, VEC>(w, g * 8, h, wv);
+            if (LN && b) mc_load_group<T, VEC>(b, g * 8, h, bv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float o = (v[k] - mean) * rstd * wv[k];
+                if (LN && b) o += bv[k];
+                v[k] = o;
+            }
+            mc_store_group<T, VEC>(yr, g * 8, h, v);
+        }
+        if (lane == 0) {
+            if (LN && mean_out) mean_out[row] = mean;
+            if (rstd_out) rstd_out[row] = rstd;
+        }
+    }
+}
+
+template <typename T, bool LN>
+static void launch_fwd(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x, const T *w,
+                       const T *b, int64_t n, int64_t h, float eps) {
+    if (n == 0 || h == 0) return;
+    bool vec = h % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
+               (!b || mc_cuda_aligned16(b));
+    const int rows_per_block = NORM_FWD_THREADS / 32;
+    int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+    int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / NORM_FWD_THREADS) * 4;
+    unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+    if (vec) norm_fwd_kernel<T, true, LN><<<grid, NORM_FWD_THREADS, 0, st->stream>>>(y, mean, rstd, x, w, b, n, h, eps);
+    else norm_fwd_kernel<T, false, LN><<<grid, NORM_FWD_THREADS, 0, st->stream>>>(y, mean, rstd, x, w, b, n, h, eps);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* ---- backward ---- */
+
+/* part_w/part_b: [gridDim.x, h] F32 partial sums (written whole by each block). */
+template <typename T, bool VEC, bool LN>
+__global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
+                                const float *mean, const float *rstd, int64_t n, int64_t h, bool use_smem) {
+    extern __shared__ float smem[]; /* [2 h] when use_smem */
+    __shared__ float red_a[32], red_b[32];
+    float *acc_w = use_smem ? smem : part_w + (int64_t)blockIdx.x * h;
+    float *acc_b = use_smem ? smem + h : part_b + (int64_t)blockIdx.x * h;
+    const int64_t groups = (h + 7) / 8;
+    /* each thread owns groups tid, tid + T, ...: zero its accumulators */
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x)
+        for (int k = 0; k < 8; k++)
+            if (g * 8 + k < h) acc_w[g * 8 + k] = 0.0f, acc_b[g * 8 + k] = 0.0f;
+    for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
+        const T *xr = x + row * h, *dyr = dy + row * h;
+        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+        for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+            float xv[8], dv[8], wv[8];
+            mc_load_group<T, VEC>(xr, g * 8, h, xv);
+            mc_load_group<T, VEC>(dyr, g * 8, h, dv);
+            mc_load_group<T, VEC>(w, g * 8, h, wv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (g * 8 + k < h) {
+                    float xhat = (xv[k] - m) * r, gg = dv[k] * wv[k];
+                    sum_g += gg;
+                    sum_gx += gg * xhat;
+                    acc_w[g * 8 + k] += dv[k] * xhat;
+                    acc_b[g * 8 + k] += dv[k];
+                }
+            }
+        }
+        mc_block_sum2(sum_g, sum_gx, red_a, red_b);
+        if (!dx) continue;
+        const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
+        const float mean_gx = (float)((double)sum_gx / (double)h);
+        T *dxr = dx + row * h;
+        for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+            float xv[8], dv[8], wv[8], o[8];
+            mc_load_group<T, VEC>(xr, g * 8, h, xv);
+            mc_load_group<T, VEC>(dyr, g * 8, h, dv);
+            mc_load_group<T, VEC>(w, g * 8, h, wv);
+            mc_load_group<T, VEC>(dxr, g * 8, h, o);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float xhat = (xv[k] - m) * r;
+                o[k] += r * (dv[k] * wv[k] - mean_g - xhat * mean_gx);
+            }
+            mc_store_group<T, VEC>(dxr, g * 8, h, o);
+        }
+    }
+    if (use_smem) {
+        for (int64_t g = threadIdx.x; g < groups; g += blockDim.x)
+            for (int k = 0; k < 8; k++) {
+                int64_t c = g * 8 + k;
+                if (c < h) {
+                    part_w[(int64_t)blockIdx.x * h + c] = acc_w[c];
+                    part_b[(int64_t)blockIdx.x * h + c] = acc_b[c];
+                }
+            }
+    }
+}
+
+/* dw[c] += sum_blocks part_w[blk, c], db likewise (blocks in order, in double). */
+__global__ void norm_param_reduce_kernel(float *dw, float *db, const float *part_w, const float *part_b, int64_t nparts,
+                                         int64_t h) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= h) return;
+    if (dw) {
+        double s = 0.0;
+        for (int64_t p = 0; p < nparts; p++) s += (double)part_w[p * h + c];
+        dw[c] += (float)s;
+    }
+    if (db) {
+        double s = 0.0;
+        for (int64_t p = 0; p < nparts; p++) s += (double)part_b[p * h + c];
+        db[c] += (float)s;
+    }
+}
+
+template <typename T, bool VEC, bool LN>
+static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, size_t smem, T *dx, float *pw,
+                              float *pb, const T *dy, const T *x, const T *w, const float *mean, const float *rstd,
+                              int64_t n, int64_t h, bool use_smem) {
+    static bool attr_set = false; /* one per instantiation */
+    if (!attr_set) {
+        MC_CUDA_CHECK(cudaFuncSetAttribute(norm_bwd_kernel<T, VEC, LN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)st->smem_optin - 2 * 32 * (int)sizeof(float)),
+                      op);
+        attr_set = true;
+    }
+    norm_bwd_kernel<T, VEC, LN><<<grid, NORM_BWD_THREADS, smem, st->stream>>>(dx, pw, pb, dy, x, w, mean, rstd, n, h,
+                                                                              use_smem);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+template <typename T, bool LN>
+static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, float *db, const T *dy, const T *x,
+                       const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
+    if (n == 0 || h == 0) return;
+    if (!dx && !dw && !db) return;
+    size_t smem_need = 2 * (size_t)h * sizeof(float);
+    bool use_smem = smem_need + 2 * 32 * sizeof(float) <= st->smem_optin;
+    size_t smem = use_smem ? smem_need : 0;
+    /* blocks per SM by shared memory (and at most 2048 threads per SM) */
+    int per_sm = st->max_threads_per_sm / NORM_BWD_THREADS;
+    if (use_smem) {
+        int by_smem = (int)(st->smem_per_sm / (smem + 1024 + 2 * 32 * sizeof(float)));
+        if (by_smem < per_sm) per_sm = by_smem;
+    }
+    if (per_sm < 1) per_sm = 1;
+    int64_t grid = (int64_t)st->sm_count * per_sm;
+    if (grid > n) grid = n;
+    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)grid * (size_t)h * sizeof(float), op);
+    float *pw = part, *pb = part + grid * h;
+    bool vec = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
+               (!dx || mc_cuda_aligned16(dx));
+    if (vec) launch_bwd_kernel<T, true, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem);
+    else launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem);
+    if (dw || db) {
+        norm_param_reduce_kernel<<<(unsigned)((h + 255) / 256), 256, 0, st->stream>>>(dw, db, pw, pb, grid, h);
+        MC_CUDA_LAUNCHED(st, op);
+    }
+}
+
+/* ---- checks and dispatch ---- */
+
+static float *optional_stat(const char *op, const char *name, const mc_tensor *t, int64_t n) {
+    if (!mc_tensor_present(t)) return NULL;
+    mc_cuda_check_f32_numel(op, name, t, n);
+    return (float *)t->data;
+}
+
+static float *required_stat(const char *op, const char *name, const mc_tensor *t, int64_t n) {
+    mc_cuda_check_f32_numel(op, name, t, n);
+    return (float *)t->data;
+}
+
+static void *optional_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t n) {
+    if (!mc_tensor_present(t)) return NULL;
+    mc_cuda_check_dtype(op, name, t, dt);
+    mc_cuda_check_numel(op, name, t, n);
+    return t->data;
+}
+
+static void *required_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t n) {
+    mc_cuda_check_dtype(op, name, t, dt);
+    mc_cuda_check_numel(op, name, t, n);
+    return t->data;
+}
+
+void mc_cuda_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
+                           const mc_tensor *w, const mc_tensor *b, float eps) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "layernorm_fwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_dtype dt = x->dtype;
+    int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
+    mc_cuda_check_dtype(op, "y", y, dt);
+    mc_cuda_check_2d(op, "y", y, n, h);
+    void *wd = required_vec(op, "w", w, dt, h), *bd = optional_vec(op, "b", b, dt, h);
+    float *md = optional_stat(op, "mean", mean, n), *rd = optional_stat(op, "rstd", rstd, n);
+    if (dt == MC_F32)
+        launch_fwd<float, true>(st, op, (float *)y->data, md, rd, (const float *)x->data, (const float *)wd,
+                                (const float *)bd, n, h, eps);
+    else
+        launch_fwd<__nv_bfloat16, true>(st, op, (__nv_bfloat16 *)y->data, md, rd, (const __nv_bfloat16 *)x->data,
+                                        (const __nv_bfloat16 *)wd, (const __nv_bfloat16 *)bd, n, h, eps);
+}
+
+void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                           const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "layernorm_bwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_dtype dt = x->dtype;
+    int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
+    mc_cuda_check_dtype(op, "dy", dy, dt);
+    mc_cuda_check_2d(op, "dy", dy, n, h);
+    void *wd = required_vec(op, "w", w, dt, h);
+    float *md = required_stat(op, "mean", mean, n), *rd = required_stat(op, "rstd", rstd, n);
+    float *dwd = optional_stat(op, "dw", dw, h), *dbd = optional_stat(op, "db", db, h);
+    void *dxd = NULL;
+    if (mc_tensor_present(dx)) {
+        mc_cuda_check_dtype(op, "dx", dx, dt);
+        mc_cuda_check_2d(op, "dx", dx, n, h);
+        dxd = dx->data;
+    }
+    if (dt == MC_F32)
+        launch_bwd<float, true>(st, op, (float *)dxd, dwd, dbd, (const float *)dy->data, (const float *)x->data,
+                                (const float *)wd, md, rd, n, h);
+    else
+        launch_bwd<__nv_bfloat16, true>(st, op, (__nv_bfloat16 *)dxd, dwd, dbd, (const __nv_bfloat16 *)dy->data,
+                                        (const __nv_bfloat16 *)x->data, (const __nv_bfloat16 *)wd, md, rd, n, h);
+}
+
+void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
+                         float eps) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "rmsnorm_fwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_dtype dt = x->dtype;
+    int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
+    mc_cuda_check_dtype(op, "y", y, dt);
+    mc_cuda_check_2d(op, "y", y, n, h);
+    void *wd = required_vec(op, "w", w, dt, h);
+    float *rd = optional_stat(op, "rstd", rstd, n);
+    if (dt == MC_F32)
+        launch_fwd<float, false>(st, op, (float *)y->data, NULL, rd, (const float *)x->data, (const float *)wd, NULL,
+                                 n, h, eps);
+    else
+        launch_fwd<__nv_bfloat16, false>(st, op, (__nv_bfloat16 *)y->data, NULL, rd, (const __nv_bfloat16 *)x->data,
+                                         (const __nv_bfloat16 *)wd, NULL, n, h, eps);
+}
+
+void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
+                         const mc_tensor *w, const mc_tensor *rstd) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "rmsnorm_bwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_dtype dt = x->dtype;
+    int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
+    mc_cuda_check_dtype(op, "dy", dy, dt);
+    mc_cuda_check_2d(op, "dy", dy, n, h);
+    void *wd = required_vec(op, "w", w, dt, h);
+    float *rd = required_stat(op, "rstd", rstd, n);
+    float *dwd = optional_stat(op, "dw", dw, h);
+    void *dxd = NULL;
+    if (mc_tensor_present(dx)) {
+        mc_cuda_check_dtype(op, "dx", dx, dt);
+        mc_cuda_check_2d(op, "dx", dx, n, h);
+        dxd = dx->data;
+    }
+    if (dt == MC_F32)
+        launch_bwd<float, false>(st, op, (float *)dxd, dwd, NULL, (const float *)dy->data, (const float *)x->data,
+                                 (const float *)wd, NULL, rd, n, h);
+    else
+        launch_bwd<__nv_bfloat16, false>(st, op, (__nv_bfloat16 *)dxd, dwd, NULL, (const __nv_bfloat16 *)dy->data,
+                                         (const __nv_bfloat16 *)x->data, (const __nv_bfloat16 *)wd, NULL, rd, n, h);
+}

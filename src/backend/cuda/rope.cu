@@ -1,0 +1,99 @@
+/* rope.cu: rotary position embedding, in place on the q and k heads of a packed QKV
+ * activation [S, B, groups, heads/groups + 2, d] (HF Llama's rotate-half layout). For pair
+ * k < rot_dim/2 of a head, x1 = x[k], x2 = x[k + rot_dim/2] and (cos, sin) = table[pos][k]:
+ *   y1 = x1 cos - x2 sin,  y2 = x2 cos + x1 sin;
+ * inverse = true applies the transpose (sin -> -sin), which is the backward. Value heads
+ * and dims >= rot_dim are untouched. Tables are F32 [max_pos, rot_dim/2].
+ *
+ * One thread per 8 pairs of one (token, q-or-k head): each element is read and written by
+ * exactly one thread, so in place is race-free. A position outside the table is recorded
+ * in the device-error word (reported at the next synchronizing call) and the head left
+ * untouched. */
+#include "backend/cuda/cuda_internal.h"
+
+template <typename T, bool VEC>
+__global__ void rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, const int32_t *pos, int64_t max_pos,
+                            int64_t ntok, int64_t batch, int groups, int per_group, int d, int half, float sign,
+                            int *err) {
+    const int rot_heads = per_group - 1; /* the group's query heads, then its key head */
+    const int pair_groups = (half + 7) / 8;
+    const int64_t per_tok = (int64_t)groups * rot_heads * pair_groups;
+    const int64_t total = ntok * per_tok;
+    const int64_t tok_stride = (int64_t)groups * per_group * d;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / per_tok;
+        const int64_t rem = i % per_tok;
+        const int head_slot = (int)(rem / pair_groups), pg = (int)(rem % pair_groups);
+        const int g = head_slot / rot_heads, hh = head_slot % rot_heads;
+        const int64_t p = pos ? (int64_t)pos[t] : t / batch;
+        if (p < 0 || p >= max_pos) {
+            mc_cuda_device_error(err, MC_CUDA_DEVERR_ROPE_POS, (int)t, (int)p, (int)max_pos);
+            continue;
+        }
+        T *x = qkv + t * tok_stride + ((int64_t)g * per_group + hh) * d;
+        const float *c = cos_tab + p * half, *s = sin_tab + p * half;
+        const int k0 = pg * 8;
+        float x1[8], x2[8], cv[8], sv[8];
+        mc_load_group<T, VEC>(x, k0, half, x1);
+        mc_load_group<T, VEC>(x + half, k0, half, x2);
+        mc_load_group<float, VEC>(c, k0, half, cv);
+        mc_load_group<float, VEC>(s, k0, half, sv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float a = x1[k], b = x2[k], sk = sign * sv[k];
+            x1[k] = a * cv[k] - b * sk;
+            x2[k] = b * cv[k] + a * sk;
+        }
+        mc_store_group<T, VEC>(x, k0, half, x1);
+        mc_store_group<T, VEC>(x + half, k0, half, x2);
+    }
+}
+
+template <typename T>
+static void launch(mc_cuda_state *st, T *qkv, const mc_rope_desc *d, const int32_t *pos, int64_t max_pos, bool inverse) {
+    const int per_group = d->heads / d->groups + 2, half = d->rot_dim / 2;
+    const int64_t ntok = d->seq * d->batch;
+    const int64_t total = ntok * d->groups * (per_group - 1) * ((half + 7) / 8);
+    if (total == 0) return;
+    /* vector path: every head start, x2 and table row 16-byte aligned */
+    bool vec = half % 8 == 0 && d->head_dim % 8 == 0 && mc_cuda_aligned16(qkv) && mc_cuda_aligned16(d->cos.data) &&
+               mc_cuda_aligned16(d->sin.data);
+    unsigned grid = mc_cuda_grid(st, total, 256);
+    float sign = inverse ? -1.0f : 1.0f;
+    const float *c = (const float *)d->cos.data, *s = (const float *)d->sin.data;
+    if (vec)
+        rope_kernel<T, true><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, ntok, d->batch, d->groups,
+                                                           per_group, d->head_dim, half, sign, st->err_dev);
+    else
+        rope_kernel<T, false><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, ntok, d->batch, d->groups,
+                                                            per_group, d->head_dim, half, sign, st->err_dev);
+    MC_CUDA_LAUNCHED(st, "rope");
+}
+
+void mc_cuda_rope(mc_backend *be, mc_tensor *qkv, const mc_rope_desc *d, bool inverse) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "rope";
+    mc_cuda_check_float(op, "qkv", qkv);
+    MC_ASSERT(d->heads > 0 && d->groups > 0 && d->heads % d->groups == 0,
+              "cuda rope: heads %d must be a positive multiple of groups %d", d->heads, d->groups);
+    MC_ASSERT(d->rot_dim > 0 && d->rot_dim % 2 == 0 && d->rot_dim <= d->head_dim,
+              "cuda rope: rot_dim %d must be even and in (0, head_dim %d]", d->rot_dim, d->head_dim);
+    MC_ASSERT(d->seq >= 0 && d->batch > 0, "cuda rope: seq %lld, batch %lld", (long long)d->seq, (long long)d->batch);
+    mc_cuda_check_numel(op, "qkv", qkv, d->seq * d->batch * (int64_t)(d->heads + 2 * d->groups) * d->head_dim);
+    mc_cuda_check_dtype(op, "cos", &d->cos, MC_F32);
+    mc_cuda_check_dtype(op, "sin", &d->sin, MC_F32);
+    int64_t max_pos = mc_cuda_rows(&d->cos);
+    mc_cuda_check_2d(op, "cos", &d->cos, max_pos, d->rot_dim / 2);
+    mc_cuda_check_2d(op, "sin", &d->sin, max_pos, d->rot_dim / 2);
+    const int32_t *pos = NULL;
+    if (mc_tensor_present(&d->pos)) {
+        mc_cuda_check_dtype(op, "pos", &d->pos, MC_I32);
+        mc_cuda_check_numel(op, "pos", &d->pos, d->seq * d->batch);
+        pos = (const int32_t *)d->pos.data;
+    } else {
+        MC_ASSERT(d->seq <= max_pos, "cuda rope: sequence length %lld exceeds the table's %lld positions",
+                  (long long)d->seq, (long long)max_pos);
+    }
+    if (qkv->dtype == MC_F32) launch<float>(st, (float *)qkv->data, d, pos, max_pos, inverse);
+    else launch<__nv_bfloat16>(st, (__nv_bfloat16 *)qkv->data, d, pos, max_pos, inverse);
+}
