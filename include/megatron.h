@@ -123,6 +123,9 @@ typedef struct mc_data_config {
     const int32_t *corpus_tokens;
     const int64_t *corpus_doc_offsets;
     int64_t corpus_num_docs;
+    /* Megatron's per-split blends (instead of --data-path + --split), "[w] prefix ..." */
+    char *train_data_path, *valid_data_path, *test_data_path;
+    bool tokenizer_hf_no_include_special_tokens; /* HuggingFaceTokenizer without BOS/EOS */
 } mc_data_config;
 
 typedef struct mc_parallel_config {
@@ -173,6 +176,9 @@ int mc_config_parse_args(mc_config *cfg, int argc, char **argv, mc_err *err);
 /* Checks the combination (heads divide hidden, gbs % (mbs*dp) == 0, ...) and fills the
  * derived values (ffn size, kv channels, query groups, padded vocab...). */
 int mc_config_validate(mc_config *cfg, int world_size, mc_err *err);
+/* The data part of mc_config_validate alone (sources, tokenizer, vocabulary), for tools
+ * that read data without building a model (megatron-c inspect-data). */
+int mc_config_validate_data(mc_config *cfg, mc_err *err);
 void mc_config_free(mc_config *cfg);
 /* Vocabulary size padded as Megatron: a multiple of make_vocab_size_divisible_by * TP. */
 int mc_config_padded_vocab(const mc_config *cfg);

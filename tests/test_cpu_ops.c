@@ -962,7 +962,7 @@ static void test_xent_large_vocab_f32(void) {
 
 static void test_adamw(void) {
     enum { N = 1000 };
-    static const mc_adamw_segment segs[] = {{0, 600, 0.1f}, {650, 350, 0.0f}}; /* [600, 650) untouched */
+    static const mc_adamw_segment segs[] = {{0, 600, 0, 0.1f}, {650, 350, 650, 0.0f}}; /* [600, 650) untouched */
     float *p = fbuf(N), *g = fbuf(N), *m = fbuf(N), *v = fbuf(N);
     float *rp = fbuf(N), *rm = fbuf(N), *rv = fbuf(N); /* torch's formula, in float */
     double *dp = dbuf(N), *dm = dbuf(N), *dv = dbuf(N); /* the textbook formula, in double */

@@ -111,7 +111,7 @@ static int setup(golden *g, const char *family) {
     g->B = g->cfg.train.micro_batch_size;
     g->S = g->cfg.model.seq_length;
     g->N = g->B * g->S;
-    if (mc_model_create(&g->model, &g->cfg, g->be, &g->comm, MC_F32, MC_F32, MC_F32, g->B, &err) != MC_OK) {
+    if (mc_model_create(&g->model, &g->cfg, g->be, &g->comm, MC_F32, MC_F32, MC_F32, g->B, NULL, &err) != MC_OK) {
         CHECK(0, "%s", err.msg);
         return -1;
     }

@@ -70,7 +70,7 @@ static void gradcheck(mc_config *cfg, bool segments) {
     CHECK(mc_comm_init(&comm, 1, 0, 0, 1, 1, 1, 1, &err) == MC_OK, "%s", err.msg);
     mc_backend *be = mc_backend_cpu_create();
     mc_model m;
-    CHECK(mc_model_create(&m, cfg, be, &comm, MC_F64, MC_F64, MC_F64, 2, &err) == MC_OK, "%s", err.msg);
+    CHECK(mc_model_create(&m, cfg, be, &comm, MC_F64, MC_F64, MC_F64, 2, NULL, &err) == MC_OK, "%s", err.msg);
     mc_model_init_params(&m, 42);
     /* Perturb every parameter (norm weights 1 and zero biases make weak checks). */
     double *p = m.param_buf;

@@ -10,5 +10,9 @@ typedef struct mc_command {
 } mc_command;
 
 int mc_cmd_train(int argc, char **argv);
+int mc_cmd_bench(int argc, char **argv);
+int mc_cmd_preprocess(int argc, char **argv);
+int mc_cmd_merge_datasets(int argc, char **argv);
+int mc_cmd_inspect_data(int argc, char **argv);
 
 #endif

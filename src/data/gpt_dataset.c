@@ -204,8 +204,10 @@ static int load_cached(mc_gpt_dataset *ds, const char *dir, const char *md5, con
         int64_t beg = ds->sample_index[2 * j], beg_off = ds->sample_index[2 * j + 1];
         int64_t end = ds->sample_index[2 * j + 2], end_off = ds->sample_index[2 * j + 3];
         int64_t tokens = -beg_off + end_off + EXTRA;
-        if (end < beg) tokens = -1;
-        for (int64_t p = beg; p < end && tokens >= 0; p++) tokens += ds->ll->lengths[ds->document_index[p]];
+        if (end < beg)
+            tokens = -1;
+        else
+            for (int64_t p = beg; p < end; p++) tokens += ds->ll->lengths[ds->document_index[p]];
         if (tokens != ds->seq_length + EXTRA) {
             mc_err_set(err, "%s: sample %lld spans %lld tokens, not --seq-length + 1 = %d (a cache of another dataset?)",
                        path[1], (long long)j, (long long)tokens, ds->seq_length + EXTRA);

@@ -61,34 +61,35 @@ static mc_tensor alloc1(mc_arena *a, mc_dtype dt, int64_t n) {
 static void plan_activations(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
+    int64_t Nl = m->sp ? N / m->tp : N; /* residual-stream tokens on this rank */
     mc_dtype at = m->act_dtype, st = mc_model_stat_dtype(at);
     bool ln = c->normalization == MC_NORM_LAYERNORM;
     /* Residual stream: res[l] is the input of layer l, res[L] the final residual. */
-    mc_tensor prev = alloc2(a, at, N, h);
+    mc_tensor prev = alloc2(a, at, Nl, h);
     m->emb_out = prev;
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_acts *la = &m->acts[l];
         la->x_in = prev;
         la->y1 = alloc2(a, at, N, h);
-        la->mean1 = ln ? alloc1(a, st, N) : mc_tensor_none();
-        la->rstd1 = alloc1(a, st, N);
+        la->mean1 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
+        la->rstd1 = alloc1(a, st, Nl);
         la->qkv = alloc2(a, at, N, m->qkv_local);
         la->att = alloc2(a, at, N, (int64_t)m->heads_local * d);
         la->lse = alloc1(a, st, m->max_batch * m->heads_local * m->seq);
-        la->x_mid = alloc2(a, at, N, h);
+        la->x_mid = alloc2(a, at, Nl, h);
         la->y2 = alloc2(a, at, N, h);
-        la->mean2 = ln ? alloc1(a, st, N) : mc_tensor_none();
-        la->rstd2 = alloc1(a, st, N);
+        la->mean2 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
+        la->rstd2 = alloc1(a, st, Nl);
         la->fc1 = alloc2(a, at, N, m->fc1_local);
         la->act = alloc2(a, at, N, m->ffn_local);
-        prev = alloc2(a, at, N, h);
+        prev = alloc2(a, at, Nl, h);
     }
     m->x_final = prev;
     m->yf = alloc2(a, at, N, h);
-    m->meanf = ln ? alloc1(a, st, N) : mc_tensor_none();
-    m->rstdf = alloc1(a, st, N);
+    m->meanf = ln ? alloc1(a, st, Nl) : mc_tensor_none();
+    m->rstdf = alloc1(a, st, Nl);
     /* Backward scratch, and the forward's [N, h] temporary (dtmp). */
-    m->dres = alloc2(a, at, N, h);
+    m->dres = alloc2(a, at, Nl, h);
     m->dtmp = alloc2(a, at, N, h);
     int64_t big = m->qkv_local > m->fc1_local ? m->qkv_local : m->fc1_local;
     m->dbig = alloc2(a, at, N, big);
@@ -122,6 +123,10 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->tp = comm->tp.size;
     m->tp_rank = comm->tp.rank;
     int tp = m->tp;
+    m->sp = cfg->parallel.sequence_parallel && tp > 1;
+    if (m->sp && (c->seq_length % tp != 0))
+        return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",
+                          c->seq_length, tp);
     if (c->num_attention_heads % tp || (c->num_query_groups % tp && tp % c->num_query_groups) ||
         c->ffn_hidden_size % tp || m->padded_vocab % tp)
         return mc_err_set(err, "model sizes are not divisible by the tensor-parallel size %d", tp);

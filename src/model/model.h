@@ -35,6 +35,13 @@ typedef enum {
     MC_TP_SWIGLU_ROWS, /* fc1 rows: this rank's gate rows then its up rows */
 } mc_tp_split;
 
+/* Gradients that are partial on each tensor-parallel rank and must be summed over a TP
+ * group once per step, before the data-parallel reduction: the norm weights and the
+ * position embeddings with sequence parallelism (each rank saw only its tokens), and the
+ * key/value rows of QKV when a query group's KV heads are replicated over several TP
+ * ranks (each rank's query heads contribute their part). */
+typedef enum { MC_SYNC_NONE = 0, MC_SYNC_TP, MC_SYNC_TP_KV_ROWS } mc_grad_sync;
+
 typedef struct mc_param {
     char name[96];       /* global Megatron name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
     int ndim;
@@ -44,6 +51,7 @@ typedef struct mc_param {
     int64_t numel;
     bool no_weight_decay;/* biases and norm weights (Megatron: 1-D params) */
     mc_tp_split split;
+    mc_grad_sync sync;
     mc_init_kind init;
     float init_std;
 } mc_param;
@@ -79,12 +87,14 @@ typedef struct mc_layer_params {
 } mc_layer_params;
 
 /* Saved activations of one layer for one micro-batch (views into the arena). */
+/* With sequence parallelism the residual-stream tensors and norm statistics hold this
+ * rank's N/TP tokens ("Nl" below; Nl = N without SP); norm outputs are gathered to N. */
 typedef struct mc_layer_acts {
-    mc_tensor x_in;      /* [N, h] layer input (residual stream) */
-    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h], stats [N] */
+    mc_tensor x_in;      /* [Nl, h] layer input (residual stream) */
+    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h], stats [Nl] */
     mc_tensor qkv;       /* [N, qkv_local] after RoPE */
     mc_tensor att, lse;  /* [N, heads_local*d], [B, heads_local, S] */
-    mc_tensor x_mid;     /* [N, h] after the attention residual */
+    mc_tensor x_mid;     /* [Nl, h] after the attention residual */
     mc_tensor y2, mean2, rstd2;
     mc_tensor fc1;       /* [N, ffn_local] or [N, 2*ffn_local] with SwiGLU */
     mc_tensor act;       /* [N, ffn_local] */
@@ -110,6 +120,7 @@ typedef struct mc_model {
 
     /* This rank's shard sizes. */
     int tp, tp_rank;
+    bool sp;              /* sequence parallel: the residual stream holds N/TP tokens */
     int heads_local, groups_local, qkv_local, ffn_local, fc1_local, vocab_local;
     int64_t vocab_start;
 
@@ -134,9 +145,10 @@ typedef struct mc_model {
     int64_t max_batch, seq;
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
-    mc_tensor emb_out;    /* [N, h] input of layer 0 */
-    mc_tensor x_final, yf, meanf, rstdf; /* final residual, final norm output and stats */
-    /* backward scratch */
+    mc_tensor emb_out;    /* [Nl, h] input of layer 0 */
+    mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */
+    /* dres [Nl, h]: residual-stream gradient; dtmp [N, h]: full-width temporaries (row-
+     * parallel outputs, gathered gradients); dbig, datt, dact: backward scratch */
     mc_tensor dres, dtmp, dbig, datt, dact;
     /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
     mc_tensor logits, rowmax, stats, tok_loss;

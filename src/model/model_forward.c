@@ -2,22 +2,34 @@
  *
  * Per layer (Megatron's pre-norm block; tensor-parallel collectives on the tp group):
  *   y1 = norm1(x); qkv = y1 Wqkv^T (+b) [column-parallel]; rope(q, k); att = attention(qkv)
- *   t = att Wproj^T [row-parallel, all-reduce] (+b); x_mid = x + dropout(t)
+ *   t = att Wproj^T [row-parallel] (+b); x_mid = x + dropout(t)
  *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
- *   t = act W2^T [row-parallel, all-reduce] (+b); x_out = x_mid + dropout(t)
- * Row-parallel biases are added by TP rank 0 only, before the all-reduce, so the sum holds
+ *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
+ * Row-parallel biases are added by TP rank 0 only, before the reduction, so the sum holds
  * them once; every rank computes their (identical) gradient from the full output gradient.
  *
- * The LM head runs in token chunks: logits, the vocab-parallel cross-entropy and, when
- * training, the head's backward happen chunk by chunk, so the full [N, V] logits never
- * exist at once. */
+ * Tensor parallel without sequence parallel: the residual stream is replicated ([N, h] on
+ * every TP rank); row-parallel outputs are all-reduced, and so are the input gradients of
+ * column-parallel linears. With sequence parallel (Megatron's SP, arXiv 2205.05198) the
+ * residual stream, norms and dropouts hold this rank's chunk of the sequence ([N/TP, h],
+ * tokens [r*N/TP, (r+1)*N/TP) in [s, b] order); norm outputs are all-gathered before the
+ * column-parallel linears and row-parallel outputs reduce-scattered (and the reverse in
+ * backward). Collectives work in place: a rank's chunk sits at its own rows of the full
+ * buffer. With TP = 1 every collective is a no-op and both paths are the same.
+ *
+ * The LM head runs in token chunks over all N tokens: logits, the vocab-parallel
+ * cross-entropy and, when training, the head's backward happen chunk by chunk, so the
+ * full [N, V] logits never exist at once. */
 #include <math.h>
 #include <string.h>
 
 #include "model/model_internal.h"
 
-/* Dropout streams: one per (micro-batch, site), sites numbered within the model. */
+/* Dropout streams: one per (micro-batch, site), sites numbered within the model. Sites on
+ * data that differs between TP ranks (attention heads; sequence chunks with SP) also mix
+ * in the TP rank, so ranks draw independent masks (Megatron's model-parallel RNG tracker). */
 static uint64_t site_stream(uint64_t mb_stream, int site) { return mb_stream * 4096u + (uint64_t)site; }
+static uint64_t rank_stream(uint64_t stream, int tp_rank) { return stream ^ ((uint64_t)tp_rank << 56); }
 enum { SITE_EMB = 0 };
 static int site_attn_res(int l) { return 1 + 3 * l; }
 static int site_mlp_res(int l) { return 2 + 3 * l; }
@@ -25,12 +37,8 @@ static int site_attn_probs(int l) { return 3 + 3 * l; }
 
 static mc_tensor rows_of(const mc_tensor *t, int64_t n) {
     mc_tensor r = *t;
-    if (t->ndim == 1) {
-        r.shape[0] = n;
-    } else {
-        MC_ASSERT(t->ndim == 2 && n <= t->shape[0]);
-        r.shape[0] = n;
-    }
+    MC_ASSERT(t->ndim <= 2 && n <= t->shape[0]);
+    r.shape[0] = n;
     return r;
 }
 
@@ -45,34 +53,65 @@ static mc_tensor rows_at(const mc_tensor *t, int64_t r0, int64_t n) {
 typedef struct {
     mc_model *m;
     mc_backend *be;
-    int64_t S, B, N;
+    int64_t S, B, N; /* N = S*B tokens of the micro-batch */
+    int64_t Nl, r0;  /* this rank's residual-stream tokens: rows [r0, r0 + Nl) (all of N without SP) */
     bool train;
     uint64_t stream;
     const mc_microbatch *mb;
 } pass_ctx;
 
+/* ---- tensor/sequence-parallel boundaries ---- */
+
+/* The rows of a full [N, ...] buffer that hold this rank's chunk. */
+static mc_tensor my_rows(const pass_ctx *p, const mc_tensor *full) { return rows_at(full, p->r0, p->Nl); }
+
+/* Before a column-parallel linear: the full input from this rank's chunk (already written
+ * at its rows of `full`). */
+static void gather_seq(pass_ctx *p, mc_tensor *full) {
+    if (!p->m->sp) return;
+    mc_tensor all = rows_of(full, p->N), mine = my_rows(p, full);
+    mc_comm_all_gather(&p->m->comm->tp, p->be, &all, &mine);
+}
+
+/* After a row-parallel linear (forward) or a column-parallel input gradient (backward):
+ * sums the partial results over TP ranks. Returns the view holding this rank's result:
+ * the full buffer, or with SP this rank's rows of it. */
+static mc_tensor reduce_partial(pass_ctx *p, mc_tensor *full) {
+    mc_tensor all = rows_of(full, p->N);
+    if (!p->m->sp) {
+        mc_comm_all_reduce(&p->m->comm->tp, p->be, &all, MC_REDUCE_SUM);
+        return all;
+    }
+    mc_tensor mine = my_rows(p, full);
+    mc_comm_reduce_scatter(&p->m->comm->tp, p->be, &mine, &all);
+    return mine;
+}
+
+/* ---- pieces ---- */
+
 static void norm_fwd(pass_ctx *p, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x, int wi, int bi) {
     mc_model *m = p->m;
     mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi);
-    mc_tensor yy = rows_of(y, p->N), xx = rows_of(x, p->N), rs = rows_of(rstd, p->N);
+    mc_tensor yy = my_rows(p, y), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl);
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
-        mc_tensor mu = rows_of(mean, p->N);
+        mc_tensor mu = rows_of(mean, p->Nl);
         p->be->layernorm_fwd(p->be, &yy, &mu, &rs, &xx, &w, &b, m->cfg.norm_epsilon);
     } else {
         p->be->rmsnorm_fwd(p->be, &yy, &rs, &xx, &w, m->cfg.norm_epsilon);
     }
 }
 
+/* dx (this rank's residual-stream rows) += the norm's input gradient for dy (same rows). */
 static void norm_bwd(pass_ctx *p, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *mean,
                      const mc_tensor *rstd, int wi, int bi) {
     mc_model *m = p->m;
     mc_tensor w = mc_model_param(m, wi), gw = mc_model_grad(m, wi), gb = mc_model_grad(m, bi);
-    mc_tensor dxx = rows_of(dx, p->N), dyy = rows_of(dy, p->N), xx = rows_of(x, p->N), rs = rows_of(rstd, p->N);
+    mc_tensor dxx = rows_of(dx, p->Nl), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl);
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
-        mc_tensor mu = rows_of(mean, p->N);
-        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, &dyy, &xx, &w, &mu, &rs);
+        mc_tensor mu = rows_of(mean, p->Nl);
+        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, dy, &xx, &w, &mu, &rs);
     } else {
-        p->be->rmsnorm_bwd(p->be, &dxx, &gw, &dyy, &xx, &w, &rs);
+        p->be->rmsnorm_bwd(p->be, &dxx, &gw, dy, &xx, &w, &rs);
     }
 }
 
@@ -87,7 +126,7 @@ static mc_attn_desc attn_desc(pass_ctx *p, int l) {
         .softmax_scale = (float)(1.0 / sqrt((double)m->cfg.kv_channels)),
         .dropout = p->train ? m->cfg.attention_dropout : 0.0f,
         .seed = m->seed,
-        .stream = site_stream(p->stream, site_attn_probs(l)),
+        .stream = rank_stream(site_stream(p->stream, site_attn_probs(l)), m->tp_rank),
         .seg_start = p->mb->seg_start,
     };
     return d;
@@ -111,13 +150,20 @@ static mc_rope_desc rope_desc(pass_ctx *p) {
     return d;
 }
 
-/* y = x W^T (+ b) followed by the tensor-parallel all-reduce of a row-parallel linear. */
-static void row_parallel_fwd(pass_ctx *p, mc_tensor *y, const mc_tensor *x, int wi, int bi) {
+/* Dropout stream of a residual-stream site: per TP rank when the stream is split (SP). */
+static uint64_t residual_stream(const pass_ctx *p, int site) {
+    uint64_t s = site_stream(p->stream, site);
+    return p->m->sp ? rank_stream(s, p->m->tp_rank) : s;
+}
+
+/* t = x W^T (+ b) of a row-parallel linear, reduced over TP; returns this rank's rows. */
+static mc_tensor row_parallel_fwd(pass_ctx *p, const mc_tensor *x, int wi, int bi) {
     mc_model *m = p->m;
     mc_tensor w = mc_model_param(m, wi);
     mc_tensor b = m->tp_rank == 0 ? mc_model_param(m, bi) : mc_tensor_none();
-    p->be->linear_fwd(p->be, y, x, &w, &b);
-    mc_comm_all_reduce(&m->comm->tp, p->be, y, MC_REDUCE_SUM);
+    mc_tensor full = rows_of(&m->dtmp, p->N);
+    p->be->linear_fwd(p->be, &full, x, &w, &b);
+    return reduce_partial(p, &m->dtmp);
 }
 
 static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
@@ -129,6 +175,7 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
 
     norm_fwd(p, &a->y1, &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
+    gather_seq(p, &a->y1);
     mc_tensor y1 = rows_of(&a->y1, N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
     mc_tensor wqkv = mc_model_param(m, lp->qkv_w), bqkv = mc_model_param(m, lp->qkv_b);
     be->linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
@@ -139,12 +186,12 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     }
     mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     be->attention_fwd(be, &att, &lse, &qkv, &ad);
-    mc_tensor tmp = rows_of(&m->dtmp, N);
-    row_parallel_fwd(p, &tmp, &att, lp->proj_w, lp->proj_b);
-    mc_tensor x_in = rows_of(&a->x_in, N), x_mid = rows_of(&a->x_mid, N);
-    be->dropout_add_fwd(be, &x_mid, &x_in, &tmp, hp, m->seed, site_stream(p->stream, site_attn_res(l)));
+    mc_tensor t = row_parallel_fwd(p, &att, lp->proj_w, lp->proj_b);
+    mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
+    be->dropout_add_fwd(be, &x_mid, &x_in, &t, hp, m->seed, residual_stream(p, site_attn_res(l)));
 
     norm_fwd(p, &a->y2, &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
+    gather_seq(p, &a->y2);
     mc_tensor y2 = rows_of(&a->y2, N), fc1 = rows_of(&a->fc1, N), act = rows_of(&a->act, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b);
     be->linear_fwd(be, &fc1, &y2, &w1, &b1);
@@ -152,9 +199,20 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
         be->swiglu_fwd(be, &act, &fc1);
     else
         be->gelu_fwd(be, &act, &fc1, m->cfg.openai_gelu);
-    row_parallel_fwd(p, &tmp, &act, lp->fc2_w, lp->fc2_b);
-    mc_tensor out = rows_of(x_out, N);
-    be->dropout_add_fwd(be, &out, &x_mid, &tmp, hp, m->seed, site_stream(p->stream, site_mlp_res(l)));
+    t = row_parallel_fwd(p, &act, lp->fc2_w, lp->fc2_b);
+    mc_tensor out = rows_of(x_out, p->Nl);
+    be->dropout_add_fwd(be, &out, &x_mid, &t, hp, m->seed, residual_stream(p, site_mlp_res(l)));
+}
+
+/* Backward through a residual branch's dropout: the full gradient of the branch output
+ * (gathered over the sequence with SP) in dtmp. */
+static mc_tensor branch_grad(pass_ctx *p, int site) {
+    mc_model *m = p->m;
+    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+    mc_tensor dres = rows_of(&m->dres, p->Nl), mine = my_rows(p, &m->dtmp);
+    p->be->dropout_bwd(p->be, &mine, &dres, hp, m->seed, residual_stream(p, site));
+    gather_seq(p, &m->dtmp);
+    return rows_of(&m->dtmp, p->N);
 }
 
 static void layer_bwd(pass_ctx *p, int l) {
@@ -163,31 +221,29 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_layer_acts *a = &m->acts[l];
     const mc_layer_params *lp = &m->layers[l];
     int64_t N = p->N;
-    float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
-    mc_tensor dres = rows_of(&m->dres, N), dtmp = rows_of(&m->dtmp, N);
 
     /* dres = d x_out. Through the MLP residual: d x_mid gets dres itself (identity path)
      * plus the norm2 input gradient, accumulated by norm_bwd below. */
-    be->dropout_bwd(be, &dtmp, &dres, hp, m->seed, site_stream(p->stream, site_mlp_res(l)));
+    mc_tensor dt = branch_grad(p, site_mlp_res(l));
     mc_tensor act = rows_of(&a->act, N), dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N);
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
-    be->linear_bwd(be, &dact, &gw2, &gb2, &dtmp, &act, &w2);
+    be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
     mc_tensor dfc1 = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->fc1_local);
     if (m->cfg.swiglu)
         be->swiglu_bwd(be, &dfc1, &dact, &fc1);
     else
         be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
-    mc_tensor y2 = rows_of(&a->y2, N);
+    mc_tensor y2 = rows_of(&a->y2, N), dy2 = rows_of(&m->dtmp, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b);
-    be->linear_bwd(be, &dtmp, &gw1, &gb1, &dfc1, &y2, &w1);
-    mc_comm_all_reduce(&m->comm->tp, be, &dtmp, MC_REDUCE_SUM);
-    norm_bwd(p, &m->dres, &m->dtmp, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b);
+    be->linear_bwd(be, &dy2, &gw1, &gb1, &dfc1, &y2, &w1);
+    mc_tensor dy2_mine = reduce_partial(p, &m->dtmp);
+    norm_bwd(p, &m->dres, &dy2_mine, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b);
 
     /* dres = d x_mid. Through the attention residual. */
-    be->dropout_bwd(be, &dtmp, &dres, hp, m->seed, site_stream(p->stream, site_attn_res(l)));
+    dt = branch_grad(p, site_attn_res(l));
     mc_tensor att = rows_of(&a->att, N), datt = rows_of(&m->datt, N);
     mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w), gbp = mc_model_grad(m, lp->proj_b);
-    be->linear_bwd(be, &datt, &gwp, &gbp, &dtmp, &att, &wp);
+    be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp);
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->qkv_local);
     mc_attn_desc ad = attn_desc(p, l);
@@ -196,40 +252,57 @@ static void layer_bwd(pass_ctx *p, int l) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    mc_tensor y1 = rows_of(&a->y1, N);
+    mc_tensor y1 = rows_of(&a->y1, N), dy1 = rows_of(&m->dtmp, N);
     mc_tensor wq = mc_model_param(m, lp->qkv_w), gwq = mc_model_grad(m, lp->qkv_w), gbq = mc_model_grad(m, lp->qkv_b);
-    be->linear_bwd(be, &dtmp, &gwq, &gbq, &dqkv, &y1, &wq);
-    mc_comm_all_reduce(&m->comm->tp, be, &dtmp, MC_REDUCE_SUM);
-    norm_bwd(p, &m->dres, &m->dtmp, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b);
+    be->linear_bwd(be, &dy1, &gwq, &gbq, &dqkv, &y1, &wq);
+    mc_tensor dy1_mine = reduce_partial(p, &m->dtmp);
+    norm_bwd(p, &m->dres, &dy1_mine, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b);
 }
 
 static void embedding_fwd(pass_ctx *p) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
-    mc_tensor out = rows_of(&m->emb_out, p->N);
-    mc_tensor we = mc_model_param(m, m->emb_w);
-    be->embedding_fwd(be, &out, &p->mb->tokens, &we, m->vocab_start, false);
-    mc_comm_all_reduce(&m->comm->tp, be, &out, MC_REDUCE_SUM);
+    /* Vocab-parallel lookup: each rank has the rows of its vocabulary range; the sum over
+     * ranks (all-reduce, or reduce-scatter with SP) completes it. */
+    mc_tensor we = mc_model_param(m, m->emb_w), out = rows_of(&m->emb_out, p->Nl);
+    if (m->sp) {
+        mc_tensor full = rows_of(&m->dtmp, p->N);
+        be->embedding_fwd(be, &full, &p->mb->tokens, &we, m->vocab_start, false);
+        mc_tensor mine = reduce_partial(p, &m->dtmp);
+        be->copy_d2d(be, out.data, mine.data, mc_tensor_bytes(&out));
+    } else {
+        be->embedding_fwd(be, &out, &p->mb->tokens, &we, m->vocab_start, false);
+        mc_comm_all_reduce(&m->comm->tp, be, &out, MC_REDUCE_SUM);
+    }
     if (m->pos_w >= 0) {
-        mc_tensor wp = mc_model_param(m, m->pos_w);
-        be->embedding_fwd(be, &out, &p->mb->pos, &wp, 0, true);
+        mc_tensor wp = mc_model_param(m, m->pos_w), pos = rows_at(&p->mb->pos, p->r0, p->Nl);
+        be->embedding_fwd(be, &out, &pos, &wp, 0, true);
     }
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
-    if (hp > 0) be->dropout_fwd(be, &out, &out, hp, m->seed, site_stream(p->stream, SITE_EMB));
+    if (hp > 0) be->dropout_fwd(be, &out, &out, hp, m->seed, residual_stream(p, SITE_EMB));
 }
 
 static void embedding_bwd(pass_ctx *p) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
-    mc_tensor dres = rows_of(&m->dres, p->N);
+    mc_tensor dres = rows_of(&m->dres, p->Nl);
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
-    if (hp > 0) be->dropout_bwd(be, &dres, &dres, hp, m->seed, site_stream(p->stream, SITE_EMB));
-    mc_tensor gwe = mc_model_grad(m, m->emb_w);
-    be->embedding_bwd(be, &gwe, &dres, &p->mb->tokens, m->vocab_start);
+    if (hp > 0) be->dropout_bwd(be, &dres, &dres, hp, m->seed, residual_stream(p, SITE_EMB));
     if (m->pos_w >= 0) {
-        mc_tensor gwp = mc_model_grad(m, m->pos_w);
-        be->embedding_bwd(be, &gwp, &dres, &p->mb->pos, 0);
+        mc_tensor gwp = mc_model_grad(m, m->pos_w), pos = rows_at(&p->mb->pos, p->r0, p->Nl);
+        be->embedding_bwd(be, &gwp, &dres, &pos, 0);
     }
+    /* Every rank's vocabulary rows need the gradient of every token. */
+    mc_tensor full = rows_of(&m->dtmp, p->N);
+    if (m->sp) {
+        mc_tensor mine = my_rows(p, &m->dtmp);
+        be->copy_d2d(be, mine.data, dres.data, mc_tensor_bytes(&dres));
+        gather_seq(p, &m->dtmp);
+    } else {
+        full = dres;
+    }
+    mc_tensor gwe = mc_model_grad(m, m->emb_w);
+    be->embedding_bwd(be, &gwe, &full, &p->mb->tokens, m->vocab_start);
 }
 
 /* Offsets of the parameter ranges the passes read: the embeddings, layer l, the head. */
@@ -257,6 +330,7 @@ static void run_forward(pass_ctx *p) {
     }
     need_params(m, m->params[m->lnf_w].offset, m->numel);
     norm_fwd(p, &m->yf, &m->meanf, &m->rstdf, &m->x_final, m->lnf_w, m->lnf_b);
+    gather_seq(p, &m->yf);
 }
 
 /* Host copy of a statistics vector (F32 or F64) as double; f32_tmp holds n floats. */
@@ -269,8 +343,8 @@ static void stats_to_host(mc_backend *be, const mc_tensor *t, int64_t n, double 
     for (int64_t i = 0; i < n; i++) out[i] = (double)f32_tmp[i];
 }
 
-/* The LM head and loss in chunks; with `backward`, also the head's backward into dtmp
- * (the gradient of the final norm output). Returns the masked loss sum. */
+/* The LM head and loss in chunks over all N tokens; with `backward`, also the head's
+ * backward into dtmp (the partial gradient of the final norm output). */
 static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *loss_sum, double *num_tokens) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
@@ -306,10 +380,13 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
 }
 
 static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint64_t stream) {
-    MC_ASSERT(mb->seq == m->seq && mb->batch >= 1 && mb->batch <= m->max_batch, "micro-batch [%lld, %lld] vs plan [%lld, %lld]",
-              (long long)mb->seq, (long long)mb->batch, (long long)m->seq, (long long)m->max_batch);
+    MC_ASSERT(mb->seq == m->seq && mb->batch >= 1 && mb->batch <= m->max_batch,
+              "micro-batch [%lld, %lld] vs plan [%lld, %lld]", (long long)mb->seq, (long long)mb->batch,
+              (long long)m->seq, (long long)m->max_batch);
     pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch,
                   .train = train, .stream = stream, .mb = mb};
+    p.Nl = m->sp ? p.N / m->tp : p.N;
+    p.r0 = m->sp ? (int64_t)m->tp_rank * p.Nl : 0;
     return p;
 }
 
@@ -319,9 +396,9 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
     run_forward(&p);
     head_loss(&p, backward, grad_scale, loss_sum, num_tokens);
     if (!backward) return;
-    mc_comm_all_reduce(&m->comm->tp, p.be, &m->dtmp, MC_REDUCE_SUM);
-    p.be->zero(p.be, m->dres.data, (size_t)(p.N * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
-    norm_bwd(&p, &m->dres, &m->dtmp, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b);
+    mc_tensor dyf = reduce_partial(&p, &m->dtmp);
+    p.be->zero(p.be, m->dres.data, (size_t)(p.Nl * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
+    norm_bwd(&p, &m->dres, &dyf, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b);
     grads_ready(m, m->params[m->lnf_w].offset); /* final norm and (untied) output layer */
     for (int l = m->cfg.num_layers - 1; l >= 0; l--) {
         layer_bwd(&p, l);

@@ -134,6 +134,12 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
     m->out_w = c->untie_embeddings_and_output_weights
                    ? add_param(&tb, "output_layer.weight", 2, m->padded_vocab, h, MC_TP_ROWS, MC_INIT_NORMAL, std)
                    : m->emb_w;
+    for (int i = 0; i < m->nparams; i++) {
+        mc_param *p = &m->params[i];
+        bool norm = strstr(p->name, "layernorm") != NULL;
+        if (m->sp && (norm || i == m->pos_w)) p->sync = MC_SYNC_TP;
+        if (p->split == MC_TP_QKV_ROWS && c->num_query_groups < m->tp) p->sync = MC_SYNC_TP_KV_ROWS;
+    }
     assign_offsets(m, layout);
 }
 

@@ -199,6 +199,10 @@ struct mc_backend {
     /* Number of exact zeros in a F32 buffer (--log-num-zeros-in-grad). */
     int64_t (*count_zeros)(mc_backend *, const mc_tensor *x);
 
+    /* The stream the backend's ops run on (a cudaStream_t on CUDA), for the comm layer's NCCL
+     * calls; NULL entry or NULL result: the legacy default stream. */
+    void *(*native_stream)(mc_backend *);
+
     /* Backend teardown. */
     void (*destroy)(mc_backend *);
 };

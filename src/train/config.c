@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "megatron.h"
+#include "data/tokenizer.h"
 #include "optim/lr_schedule.h"
 
 void mc_config_init(mc_config *c) {
@@ -58,7 +59,8 @@ void mc_config_init(mc_config *c) {
 void mc_config_free(mc_config *c) {
     char **strs[] = {&c->data.data_path,  &c->data.split,          &c->data.data_cache_path,
                      &c->data.vocab_file, &c->data.merge_file,     &c->data.tokenizer_model,
-                     &c->data.text_data_path, &c->log.log_dir, &c->log.sample_prompt};
+                     &c->data.text_data_path, &c->log.log_dir, &c->log.sample_prompt,
+                     &c->data.train_data_path, &c->data.valid_data_path, &c->data.test_data_path};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         free(*strs[i]);
         *strs[i] = NULL;
@@ -71,25 +73,82 @@ int mc_config_padded_vocab(const mc_config *c) {
     return (int)((v + multiple - 1) / multiple * multiple);
 }
 
-static int validate_data(mc_config *c, mc_err *err) {
+/* The vocabulary of a file-based tokenizer (GPT-2 BPE, HF, SentencePiece): Megatron takes
+ * the model's vocabulary from the tokenizer, whatever --vocab-size says. */
+static int tokenizer_vocab(mc_config *c, mc_err *err) {
+    mc_data_config *d = &c->data;
+    mc_tokenizer_options o = {.type = d->tokenizer_type,
+                              .vocab_file = d->vocab_file,
+                              .merge_file = d->merge_file,
+                              .tokenizer_model = d->tokenizer_model,
+                              .vocab_size = c->model.vocab_size,
+                              .hf_include_special_tokens = !d->tokenizer_hf_no_include_special_tokens};
+    mc_tokenizer *t;
+    MC_TRY(mc_tokenizer_open(&t, &o, err));
+    c->model.vocab_size = mc_tokenizer_vocab_size(t);
+    mc_tokenizer_free(t);
+    return MC_OK;
+}
+
+int mc_config_validate_data(mc_config *c, mc_err *err) {
     mc_data_config *d = &c->data;
     if (d->dataloader_type != 0)
         return mc_err_set(err, "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet; "
                                "use single (Megatron's default)");
-    int sources = (d->mock_data != 0) + (d->data_path != NULL) + (d->text_data_path != NULL) + (d->corpus_tokens != NULL);
+    bool per_split = d->train_data_path || d->valid_data_path || d->test_data_path;
+    int sources = (d->mock_data != 0) + (d->data_path != NULL) + (d->text_data_path != NULL) +
+                  (d->corpus_tokens != NULL) + per_split;
     if (sources > 1)
-        return mc_err_set(err, "--mock-data, --data-path and --text-data-path are mutually exclusive (got %d of them)",
+        return mc_err_set(err, "--mock-data, --data-path, --train/valid/test-data-path and --text-data-path are "
+                               "mutually exclusive (got %d of them)",
                           sources);
     if (sources == 0)
         return mc_err_set(err, "no training data: pass --mock-data (with --tokenizer-type NullTokenizer --vocab-size N), "
-                               "--text-data-path FILE, or --data-path PREFIX");
-    if (d->data_path)
-        return mc_err_set(err, "--data-path: reading Megatron .bin/.idx datasets is not in this version yet; use "
-                               "--mock-data or --text-data-path");
+                               "--text-data-path FILE, or --data-path PREFIX with its --tokenizer-type");
+    if (per_split && d->split)
+        return mc_err_set(err, "--split cannot be combined with --train-data-path/--valid-data-path/--test-data-path "
+                               "(each of those is used whole)");
+    if (per_split && !d->train_data_path)
+        return mc_err_set(err, "--valid-data-path/--test-data-path need --train-data-path too");
+    if (d->data_path || per_split) {
+        switch (d->tokenizer_type) {
+        case MC_TOKENIZER_NONE:
+            return mc_err_set(err, "--tokenizer-type is required with --data-path (the tokenizer the dataset was "
+                                   "preprocessed with)");
+        case MC_TOKENIZER_NULL:
+            if (c->model.vocab_size <= 1) return mc_err_set(err, "--tokenizer-type NullTokenizer needs --vocab-size N");
+            break;
+        case MC_TOKENIZER_BYTE:
+            if (c->model.vocab_size != 0 && c->model.vocab_size != 257)
+                return mc_err_set(err, "--vocab-size %d: the byte-level tokenizer has 257 symbols (256 bytes + EOD)",
+                                  c->model.vocab_size);
+            c->model.vocab_size = 257;
+            break;
+        case MC_TOKENIZER_GPT2BPE:
+            if (!d->vocab_file || !d->merge_file)
+                return mc_err_set(err, "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
+            MC_TRY(tokenizer_vocab(c, err));
+            break;
+        case MC_TOKENIZER_HF:
+            if (!d->tokenizer_model)
+                return mc_err_set(err, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model "
+                                       "(tokenizer.json or its directory)");
+            MC_TRY(tokenizer_vocab(c, err));
+            break;
+        case MC_TOKENIZER_SENTENCEPIECE:
+            if (!d->tokenizer_model)
+                return mc_err_set(err, "--tokenizer-type %s needs --tokenizer-model (a SentencePiece .model)",
+                                  "SentencePieceTokenizer");
+            MC_TRY(tokenizer_vocab(c, err));
+            break;
+        }
+        return MC_OK;
+    }
     if (d->tokenizer_type == MC_TOKENIZER_GPT2BPE || d->tokenizer_type == MC_TOKENIZER_HF ||
         d->tokenizer_type == MC_TOKENIZER_SENTENCEPIECE)
-        return mc_err_set(err, "--tokenizer-type: only NullTokenizer (with --mock-data) and ByteLevelTokenizer (with "
-                               "--text-data-path) are in this version");
+        return mc_err_set(err, "--tokenizer-type: GPT2BPETokenizer, HuggingFaceTokenizer and SentencePiece "
+                               "tokenizers read preprocessed --data-path datasets (megatron-c preprocess makes them); "
+                               "--mock-data uses NullTokenizer and --text-data-path ByteLevelTokenizer");
     if (d->mock_data) {
         if (d->tokenizer_type == MC_TOKENIZER_NONE) d->tokenizer_type = MC_TOKENIZER_NULL;
         if (d->tokenizer_type != MC_TOKENIZER_NULL)
@@ -219,8 +278,11 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
     if (p->sequence_parallel && tp == 1) {
         p->sequence_parallel = false; /* Megatron: "disabling sequence parallelism because TP == 1" */
     }
-    MC_TRY(validate_data(c, err));
+    MC_TRY(mc_config_validate_data(c, err));
     MC_TRY(validate_model(c, tp, err));
+    if (p->sequence_parallel && c->model.seq_length % tp != 0)
+        return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",
+                          c->model.seq_length, tp);
     mc_train_config *t = &c->train;
     if (t->micro_batch_size <= 0) return mc_err_set(err, "--micro-batch-size is required");
     if (t->global_batch_size == 0) t->global_batch_size = t->micro_batch_size * dp;

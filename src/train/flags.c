@@ -51,7 +51,6 @@ static const mc_arg_choice k_dataloader[] = {{"single", 0}, {"cyclic", 1}, {NULL
 #define NOT_FP8 "fp8 training is not in this version yet"
 #define NOT_MOE "mixture-of-experts layers are not in this version yet"
 #define NOT_PP "pipeline parallelism is not in this version yet"
-#define NOT_TOK "this tokenizer/data option arrives with the data-pipeline work"
 
 static const mc_arg_spec k_flags[] = {
     /* ---- model ---- */
@@ -214,9 +213,15 @@ static const mc_arg_spec k_flags[] = {
     {"--reset-position-ids", MC_ARG_TRUE, F(data.reset_position_ids), "positions restart after EOD"},
     {"--reset-attention-mask", MC_ARG_TRUE, F(data.reset_attention_mask), "documents do not attend across EOD"},
     {"--dataloader-type", MC_ARG_CHOICE, F(data.dataloader_type), "sampler (single: Megatron's sequential sampler)", .choices = k_dataloader},
-    {"--train-data-path", MC_ARG_NOT_YET, 0, NULL, .nvalues = -1, .note = NOT_TOK},
-    {"--valid-data-path", MC_ARG_NOT_YET, 0, NULL, .nvalues = -1, .note = NOT_TOK},
-    {"--test-data-path", MC_ARG_NOT_YET, 0, NULL, .nvalues = -1, .note = NOT_TOK},
+    {"--train-data-path", MC_ARG_LIST, F(data.train_data_path), "[weight] prefix ... of the train split (no --split)"},
+    {"--valid-data-path", MC_ARG_LIST, F(data.valid_data_path), "[weight] prefix ... of the validation split"},
+    {"--test-data-path", MC_ARG_LIST, F(data.test_data_path), "[weight] prefix ... of the test split"},
+    {"--tokenizer-hf-no-include-special-tokens", MC_ARG_TRUE, F(data.tokenizer_hf_no_include_special_tokens), "HuggingFaceTokenizer: no BOS/EOS from the post-processor"},
+    {"--data-args-path", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "reading the blend from a file is not in this version yet; pass --data-path"},
+    {"--per-split-data-args-path", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "reading the blends from a file is not in this version yet; pass --train-data-path etc."},
+    {"--mmap-bin-files", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = ".bin files are always mmap'd"},
+    {"--no-mmap-bin-files", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = ".bin files are always mmap'd (ignored)"},
+    {"--num-dataset-builder-threads", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "dataset indices are built on one thread (ignored)"},
     {"--legacy-tokenizer", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "one tokenizer implementation (ignored)"},
 
     /* ---- checkpoints ---- */

@@ -8,7 +8,15 @@ sees, written from their description (nothing is imported from Megatron):
   - blended_megatron_dataset_builder.py int(round(lo * N)) split ranges
   - gpt_dataset.py                      GPTDataset indices, MockGPTLowLevelDataset,
                                         _get_ltor_masks_and_position_ids
-  - helpers.cpp                         build_sample_idx
+  - helpers.cpp                         build_sample_idx, build_blending_indices,
+                                        build_exhaustive_blending_indices
+  - indexed_dataset.py                  the .bin/.idx writer (IndexedDatasetBuilder,
+                                        _IndexWriter), add_index
+  - megatron_dataset.py, blended_dataset.py
+                                        unique_identifiers -> json.dumps(indent=4) -> md5,
+                                        and the index cache files written with numpy.save
+  - blended_megatron_dataset_builder.py  blends: per-dataset sizes with the 0.5% surplus,
+                                        unweighted blends, per-split blends
 
 The random streams are numpy's own (RandomState and default_rng), as in Megatron, so the
 fixtures pin the exact permutations numpy produces.
@@ -21,9 +29,15 @@ which tests/test_data_*.c recompute.
 Usage: python3 tools/reference/make_data_golden.py [outdir]
 """
 import functools
+import hashlib
+import json
+import math
 import os
 import re
+import shutil
+import struct
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -386,6 +400,370 @@ def fx_masks():
     write_text("masks.txt", lines)
 
 
+# ---- indexed datasets, blends and the index cache ----------------------------------------
+
+_DTYPE_CODE = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7,
+               np.uint16: 8}
+
+
+def write_indexed(prefix, dtype, docs):
+    """IndexedDatasetBuilder: docs is a list of documents, each a list of sequences."""
+    lengths, doc_idx = [], [0]
+    with open(prefix + ".bin", "wb") as f:
+        for doc in docs:
+            for seq in doc:
+                arr = np.array(seq, dtype=dtype)
+                f.write(arr.tobytes(order="C"))
+                lengths.append(arr.size)
+            doc_idx.append(len(lengths))
+    write_idx(prefix + ".idx", dtype, lengths, doc_idx)
+
+
+def write_idx(path, dtype, lengths, doc_idx):
+    """_IndexWriter: header, lengths, pointers (running int64 byte offsets), document indices."""
+    itemsize = np.dtype(dtype).itemsize
+    ptrs, cur = [], 0
+    for n in lengths:
+        ptrs.append(cur)
+        cur += n * itemsize
+    with open(path, "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", _DTYPE_CODE[dtype]))
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(doc_idx)))
+        f.write(np.array(lengths, dtype=np.int32).tobytes(order="C"))
+        f.write(np.array(ptrs, dtype=np.int64).tobytes(order="C"))
+        f.write(np.array(doc_idx, dtype=np.int64).tobytes(order="C"))
+
+
+def read_indexed(prefix):
+    with open(prefix + ".idx", "rb") as f:
+        buf = f.read()
+    assert buf[:9] == b"MMIDIDX\x00\x00"
+    code = buf[17]
+    dtype = {v: k for k, v in _DTYPE_CODE.items()}[code]
+    n, d = struct.unpack("<QQ", buf[18:34])
+    lengths = np.frombuffer(buf, np.int32, n, 34)
+    ptrs = np.frombuffer(buf, np.int64, n, 34 + 4 * n)
+    doc_idx = np.frombuffer(buf, np.int64, d, 34 + 12 * n)
+    tokens = np.fromfile(prefix + ".bin", dtype=dtype)
+    return dtype, lengths, ptrs, doc_idx, tokens
+
+
+def merge_indexed(prefixes, out):
+    """IndexedDatasetBuilder.add_index over prefixes, then finalize."""
+    dtype = read_indexed(prefixes[0])[0]
+    lengths, doc_idx = [], [0]
+    with open(out + ".bin", "wb") as f:
+        for p in prefixes:
+            dt, ln, _, di, _ = read_indexed(p)
+            assert dt == dtype
+            offset = len(lengths)
+            lengths.extend(ln.tolist())
+            doc_idx.extend((offset + di)[1:].tolist())
+            with open(p + ".bin", "rb") as g:
+                shutil.copyfileobj(g, f)
+    write_idx(out + ".idx", dtype, lengths, doc_idx)
+
+
+def indexed_reader(prefix):
+    dtype, lengths, ptrs, _, _ = read_indexed(prefix)
+    itemsize = np.dtype(dtype).itemsize
+    data = np.fromfile(prefix + ".bin", dtype=np.uint8)
+
+    def read(idx, offset, length):
+        if length is None:
+            length = int(lengths[idx]) - offset
+        start = int(ptrs[idx]) + offset * itemsize
+        return np.frombuffer(data[start:start + length * itemsize].tobytes(), dtype=dtype).astype(np.int64)
+    return read, lengths
+
+
+def normalize(weights):
+    w = np.array(weights, dtype=np.float64)
+    return (w / np.sum(w)).tolist()
+
+
+def size_per_dataset(weights, target, surplus=0.0):
+    return [int(math.ceil(math.ceil(target * w) * (1 + surplus))) for w in weights]
+
+
+def build_blending_indices(weights, size):
+    di = np.zeros(size, dtype=np.int16)
+    dsi = np.zeros(size, dtype=np.int64)
+    cur = [0] * len(weights)
+    for s in range(size):
+        sd = max(float(s), 1.0)
+        best, best_err = 0, weights[0] * sd - float(cur[0])
+        for i in range(1, len(weights)):
+            e = weights[i] * sd - float(cur[i])
+            if e > best_err:
+                best, best_err = i, e
+        di[s] = best
+        dsi[s] = cur[best]
+        cur[best] += 1
+    return di, dsi
+
+
+def build_exhaustive_blending_indices(sizes):
+    total = sum(sizes)
+    weights = [x / float(total) for x in sizes]
+    di = np.zeros(total, dtype=np.int16)
+    dsi = np.zeros(total, dtype=np.int64)
+    cur = [0] * len(sizes)
+    unspent = [i for i in range(len(sizes)) if sizes[i] > 0]
+    s = 0
+    while unspent:
+        sd = max(float(s), 1.0)
+        best, best_err = -1, -sys.float_info.max
+        for i in unspent:
+            e = weights[i] * sd - float(cur[i])
+            if e > best_err:
+                best, best_err = i, e
+        di[s] = best
+        dsi[s] = cur[best]
+        cur[best] += 1
+        if sizes[best] - float(cur[best]) == 0:
+            unspent.remove(best)
+        s += 1
+    return di, dsi
+
+
+class NullTokenizerIdentity:
+    """What the legacy _NullTokenizer records: MegatronLegacyTokenizer(None, vocab_size=V)."""
+
+    def __init__(self, vocab_size):
+        self.unique_identifiers = OrderedDict()
+        self.unique_identifiers["class"] = "_NullTokenizer"
+        self.unique_identifiers["tokenizer_path"] = [None]
+        self.unique_identifiers["vocab_size"] = str(vocab_size)
+
+
+SPLIT_NAMES = ["train", "valid", "test"]
+
+
+def gpt_identifiers(path, num_samples, k, seed, seq, split, tok):
+    u = OrderedDict()
+    u["class"] = "GPTDataset"
+    u["dataset_path"] = path
+    u["num_samples"] = num_samples
+    u["index_split"] = SPLIT_NAMES[k]
+    u["random_seed"] = seed
+    u["sequence_length"] = seq
+    u["split"] = split
+    u["split_matrix"] = None if split is None else split_matrix(parse_and_normalize_split(split))
+    u["tokenizer"] = tok
+    return u
+
+
+def dumps(u):
+    return json.dumps(u, indent=4, default=lambda obj: obj.unique_identifiers)
+
+
+def md5(text):
+    return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def save_gpt_cache(dirname, desc, k, g):
+    base = os.path.join(dirname, f"{md5(desc)}-GPTDataset-{SPLIT_NAMES[k]}-")
+    with open(base + "description.txt", "wt") as w:
+        w.write(desc)
+    sample_index = g.sample_index
+    if max(g.document_index.shape[0], int(g.sizes.max())) <= np.iinfo(np.int32).max:
+        sample_index = sample_index.astype(np.int32)
+    np.save(base + "document_index.npy", g.document_index, allow_pickle=True)
+    np.save(base + "sample_index.npy", sample_index, allow_pickle=True)
+    np.save(base + "shuffle_index.npy", g.shuffle_index, allow_pickle=True)
+
+
+def save_blend_cache(dirname, desc, k, di, dsi):
+    base = os.path.join(dirname, f"{md5(desc)}-BlendedDataset-{SPLIT_NAMES[k]}-")
+    with open(base + "description.txt", "wt") as w:
+        w.write(desc)
+    np.save(base + "dataset_index.npy", di, allow_pickle=True)
+    np.save(base + "dataset_sample_index.npy", dsi, allow_pickle=True)
+
+
+IDX_SEQ, IDX_SEED, IDX_VOCAB = 32, 1234, 1000
+IDX_REL = "tests/fixtures/data/"  # dataset paths as the tests pass them (from the repo root)
+
+
+def fx_indexed():
+    """Two small uint16 datasets (NullTokenizer, vocab 1000, eod 999), one int32, a merge."""
+    rs = np.random.RandomState(11)
+
+    def make_docs(ndocs, lo, hi, seed_mul, empty_every=0):
+        docs = []
+        for d in range(ndocs):
+            if empty_every and d % empty_every == empty_every - 1:
+                docs.append([])  # an empty document: a document_indices entry, no sequence
+                continue
+            n = int(rs.randint(lo, hi))
+            docs.append([[(d * seed_mul + 3 * t) % 999 for t in range(n - 1)] + [999]])
+        return docs
+
+    docs_a = make_docs(60, 1, 70, 7, empty_every=13)
+    docs_b = make_docs(30, 20, 200, 11)
+    write_indexed(path("idx_a"), np.uint16, docs_a)
+    write_indexed(path("idx_b"), np.uint16, docs_b)
+    # A multi-sequence document (sentences) and an int32 dataset with ids >= 65536.
+    docs_c = [[[1, 2, 3], [70000, 5]], [], [[6, 99999, 8, 9]], [[10]]]
+    write_indexed(path("idx_c"), np.int32, docs_c)
+    merge_indexed([path("idx_a"), path("idx_b")], path("idx_ab"))
+    lines = ["# name dtype_code sequences doc_indices tokens"]
+    for name in ("idx_a", "idx_b", "idx_c", "idx_ab"):
+        dt, ln, _, di, tok = read_indexed(path(name))
+        lines.append(f"{name} {_DTYPE_CODE[dt]} {ln.size} {di.size} {int(ln.astype(np.int64).sum())}")
+    write_text("idx_datasets.txt", lines)
+
+
+def gpt_over(prefix_rel, k, split, num_samples):
+    read, lengths = indexed_reader(os.path.join(OUT, os.path.basename(prefix_rel)))
+    n = lengths.size
+    if split is None:
+        b, e = 0, n
+    else:
+        b, e = split_ranges(split, n)[k]
+    g = GPTIndices(lengths.astype(np.int32), np.arange(b, e, dtype=np.int32), num_samples, IDX_SEQ, IDX_SEED)
+    g.sizes = lengths
+    return g, read
+
+
+def fx_bin_gpt():
+    """GPTDataset over .bin/.idx, single prefix and blends, with their cache files."""
+    tok = NullTokenizerIdentity(IDX_VOCAB)
+    lines = ["# case split k len cs(samples of the whole split or the first 200)"]
+
+    def record(case, k, get, n, full_name=None):
+        m = min(n, 200)
+        samples = np.stack([get(i) for i in range(m)]) if m else np.zeros((0, IDX_SEQ + 1), np.int64)
+        lines.append(f"{case} {SPLIT_NAMES[k]} {n} {cs(samples)}")
+        if full_name:
+            write_bin(full_name, samples, "<i4")
+
+    # 1) One prefix, Megatron's legacy default split text, a multi-epoch train split.
+    a = IDX_REL + "idx_a"
+    split = "969, 30, 1"
+    cache = path("cache_single")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(cache)
+    wants = {0: None, 1: 10}
+    g0, read = gpt_over(a, 0, split, 1)
+    per_epoch = (g0.tokens_per_epoch - 1) // IDX_SEQ
+    # A request whose final epoch is separated: 5 full epochs plus a little.
+    wants[0] = ((5 * g0.tokens_per_epoch - 1) // IDX_SEQ) + max(1, int(0.8 * per_epoch) // 3)
+    for k in (0, 1):
+        g, read = gpt_over(a, k, split, wants[k])
+        if k == 0:
+            assert g.num_epochs == 6 and g.separate, (g.num_epochs, g.separate)
+        desc = dumps(gpt_identifiers(a, wants[k], k, IDX_SEED, IDX_SEQ, split, tok))
+        save_gpt_cache(cache, desc, k, g)
+        record("single", k, lambda i: g.get(i, read), g.len, "idx_single_train_samples200.i32" if k == 0 else None)
+    write_text("idx_single.txt", [f"want {wants[0]} {wants[1]}"])
+
+    # 2) A weighted blend, cached (blends are cached only with --data-cache-path).
+    b = IDX_REL + "idx_b"
+    split = "90,10,0"
+    cache = path("cache_blend")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(cache)
+    raw_w, target = [0.3, 0.7], {0: 300, 1: 20}
+    weights = normalize(raw_w)
+    for k in (0, 1):
+        buffer_sizes = size_per_dataset(weights, target[k], 0.005)
+        size = sum(size_per_dataset(weights, target[k]))
+        comps, ids = [], []
+        for prefix, ns in zip((a, b), buffer_sizes):
+            g, read = gpt_over(prefix, k, split, ns)
+            u = gpt_identifiers(prefix, ns, k, IDX_SEED, IDX_SEQ, split, tok)
+            save_gpt_cache(cache, dumps(u), k, g)
+            comps.append((g, read))
+            ids.append(u)
+        bw = normalize(weights)  # BlendedDataset normalizes once more
+        di, dsi = build_blending_indices(bw, size)
+        for i in range(2):
+            assert np.all(dsi[di == i] < comps[i][0].len), "oversampled"
+        bu = OrderedDict()
+        bu["class"] = "BlendedDataset"
+        bu["datasets"] = ids
+        bu["split"] = SPLIT_NAMES[k]
+        bu["weights"] = bw
+        bu["size"] = size
+        save_blend_cache(cache, dumps(bu), k, di, dsi)
+        record("blend", k, lambda i: comps[di[i]][0].get(int(dsi[i]), comps[di[i]][1]), size,
+               "idx_blend_train_samples200.i32" if k == 0 else None)
+        if k == 0:
+            write_bin("idx_blend_train_dataset_index.i16", di, "<i2")
+            write_bin("idx_blend_train_dataset_sample_index.i64", dsi, "<i8")
+
+    # 3) An unweighted blend: one epoch of each (num_samples None), weights = their lengths
+    #    (normalized, since the size is given), size = min(want, sum).
+    split = "1,0,0"
+    want = 50
+    cache = path("cache_unweighted")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(cache)
+    comps = [gpt_over(p, 0, split, None) for p in (a, b)]
+    ids = [gpt_identifiers(p, None, 0, IDX_SEED, IDX_SEQ, split, tok) for p in (a, b)]
+    for (g, _), u in zip(comps, ids):
+        save_gpt_cache(cache, dumps(u), 0, g)
+    lens = [c[0].len for c in comps]
+    size = min(want, sum(lens))
+    bw = normalize(lens)
+    di, dsi = build_blending_indices(bw, size)
+    bu = OrderedDict([("class", "BlendedDataset"), ("datasets", ids), ("split", "train"), ("weights", bw),
+                      ("size", size)])
+    save_blend_cache(cache, dumps(bu), 0, di, dsi)
+    record("unweighted", 0, lambda i: comps[di[i]][0].get(int(dsi[i]), comps[di[i]][1]), size)
+    write_bin("idx_unweighted_dataset_index.i16", di, "<i2")
+
+    # 4) Per-split blends: train = idx_a whole (no split: "split" and "split_matrix" are
+    #    null), valid = 0.5 a 0.5 b.
+    cache = path("cache_per_split")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(cache)
+    g, read = gpt_over(a, 0, None, 100)
+    save_gpt_cache(cache, dumps(gpt_identifiers(a, 100, 0, IDX_SEED, IDX_SEQ, None, tok)), 0, g)
+    record("per_split", 0, lambda i: g.get(i, read), g.len)
+    ws = normalize([0.5, 0.5])
+    buffer_sizes = size_per_dataset(ws, 20, 0.005)
+    size = sum(size_per_dataset(ws, 20))
+    comps = [gpt_over(p, 1, None, ns) for p, ns in zip((a, b), buffer_sizes)]
+    ids = [gpt_identifiers(p, ns, 1, IDX_SEED, IDX_SEQ, None, tok) for p, ns in zip((a, b), buffer_sizes)]
+    for (gg, _), u in zip(comps, ids):
+        save_gpt_cache(cache, dumps(u), 1, gg)
+    bw = normalize(ws)
+    di, dsi = build_blending_indices(bw, size)
+    bu = OrderedDict([("class", "BlendedDataset"), ("datasets", ids), ("split", "valid"), ("weights", bw),
+                      ("size", size)])
+    save_blend_cache(cache, dumps(bu), 1, di, dsi)
+    record("per_split", 1, lambda i: comps[di[i]][0].get(int(dsi[i]), comps[di[i]][1]), size)
+
+    # 5) Exhaustive blending (size None) on made-up sizes.
+    di, dsi = build_exhaustive_blending_indices([7, 3, 11])
+    write_bin("exhaustive_7_3_11_dataset_index.i16", di, "<i2")
+    write_bin("exhaustive_7_3_11_dataset_sample_index.i64", dsi, "<i8")
+    write_text("idx_gpt.txt", lines)
+
+
+def fx_desc_misc():
+    """Python's float repr, json string escaping and md5, which the cache file names rest on."""
+    floats = [0.969, 0.999, 1.0, 0.3, 0.7, 1 / 3, 2 / 3, 0.1 + 0.2, 1e-05, 0.0001, 1e16, 1e15, 123456789.125,
+              5e-324, 1.7976931348623157e308, 0.5, 100.0, 2.5e-7, 0.30000000000000004, 1 / 7]
+    lines = ["# value.hex() repr"]
+    for x in floats:
+        lines.append(f"{x.hex()} {json.dumps(x)}")
+    write_text("float_repr.txt", lines)
+    strings = ["plain", "tab\tnew\nline", "quote\" back\\", "caf\u00e9", "\u4e2d\u6587", "emoji \U0001F600",
+               "ctl \x01\x7f", ""]
+    lines = ["# json.dumps(s) <TAB> md5(json.dumps(s))"]
+    for t in strings:
+        d = json.dumps(t)
+        lines.append(f"{d}\t{md5(d)}")
+    write_text("json_strings.txt", lines)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     fx_mt19937()
@@ -394,7 +772,10 @@ def main():
     fx_masks()
     fx_corpus()
     fx_mock()
-    total = sum(os.path.getsize(path(f)) for f in os.listdir(OUT))
+    fx_indexed()
+    fx_bin_gpt()
+    fx_desc_misc()
+    total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(OUT) for f in fs)
     print(f"wrote {len(os.listdir(OUT))} files, {total} bytes, to {os.path.normpath(OUT)}")
 
 
