@@ -10,18 +10,20 @@
  * bootstrap: the world, the group communicators and each NCCL unique id.
  *
  * Launch (mc_comm_init_from_env) recognizes, in this order:
- *   mpirun (OMPI_COMM_WORLD_SIZE), PMIx / PMI launchers (PMIX_RANK, PMI_SIZE: srun --mpi=...,
- *   MPICH's hydra), srun (SLURM_PROCID + SLURM_STEP_NUM_TASKS), torchrun-style env
- *   (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; see bootstrap.c), and none
- *   (world size 1, MPI is not initialized). Each rank uses the GPU of its local rank.
+ *   mpirun (OMPI_COMM_WORLD_SIZE), srun (SLURM_PROCID + SLURM_STEP_NUM_TASKS), other PMI /
+ *   PMIx launchers (PMI_SIZE, PMIX_RANK: MPICH's hydra, prterun), torchrun-style env (RANK,
+ *   WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; see bootstrap.c), and none (world
+ *   size 1, MPI is not initialized). Each rank uses the GPU of its local rank
+ *   (mc_comm_pick_device). While MPI runs, the comm layer owns SIGTERM (see watchdog.c).
  *
  * Chunk layout of the collectives over a group of size S, group rank r (group ranks are
  * the order of mc_group.ranks; NCCL and MPI use the same order):
  *   all_gather:     out = [in of rank 0, in of rank 1, ..., in of rank S-1]
  *   reduce_scatter: rank r gets elements [r*n/S, (r+1)*n/S) of the sum of in[n] over the
  *                   group; n must be a multiple of S (equal chunks).
- * Collectives are blocking on the CPU backend and stream-ordered on the CUDA backend (they
- * are enqueued on the backend's stream, like the backend's ops).
+ * Collectives are blocking on the CPU backend and stream-ordered on the CUDA backend: they
+ * run after the work already enqueued on the backend's stream, and the work enqueued after
+ * them waits for them, like the backend's own ops (the host does not block).
  *
  * Determinism (CPU): a SUM over floats is computed on every rank as
  *   ((x_0 + x_1) + x_2) + ... + x_{S-1}        (x_r: group rank r's value, in group order)
@@ -98,8 +100,9 @@ int mc_comm_init(mc_comm *c, int world_size, int rank, int local_rank, int tp, i
  * 1), builds the layout and one MPI communicator per group, sets the log rank and starts
  * the timeout watchdog. timeout_minutes <= 0 means Megatron's default, 10; the environment
  * variable MC_COMM_TIMEOUT_SECONDS overrides it (tests). A layout error (divisibility) is
- * reported identically on every rank. Several comms may be created (different layouts);
- * MPI is finalized when the last one is freed. */
+ * reported identically on every rank (MPI stays up: end with mc_comm_exit_error, so that
+ * every rank prints it). Several comms may be created (different layouts); MPI is
+ * finalized when the last one is freed. */
 int mc_comm_init_from_env(mc_comm *c, int tp, int pp, int cp, int ep, int timeout_minutes, mc_err *err);
 
 /* For the CUDA backend: creates the NCCL communicators of every group of size > 1 now (on
@@ -109,16 +112,28 @@ int mc_comm_init_from_env(mc_comm *c, int tp, int pp, int cp, int ep, int timeou
  * CPU backend or a world of size 1. */
 int mc_comm_init_device(mc_comm *c, mc_backend *be, mc_err *err);
 
-/* Frees the groups; the last comm from mc_comm_init_from_env also finalizes MPI (every
- * rank must call it; on an error that only some ranks see, call mc_comm_abort instead). */
+/* The CUDA device this rank should use: its local rank, or 0 when the launcher binds one
+ * GPU to each process (one visible device). Fails clearly when the host has fewer GPUs
+ * than ranks, or in a build without CUDA. */
+int mc_comm_pick_device(const mc_comm *c, mc_err *err);
+
+/* Frees the groups (wait every async handle first); the last comm from
+ * mc_comm_init_from_env also finalizes MPI (every rank must call it; on an error that only
+ * some ranks see, call mc_comm_abort instead). */
 void mc_comm_free(mc_comm *c);
 
 /* Changes the collective timeout of the watchdog (all comms of the process). */
 void mc_comm_set_timeout_seconds(double seconds);
 double mc_comm_timeout_seconds(void);
 
-/* Ends the whole job from one rank (MPI_Abort when MPI runs, else exit). */
+/* Ends the whole job from one rank (MPI_Abort when MPI runs, else exit): for an error only
+ * this rank sees (print it first). */
 MC_NORETURN void mc_comm_abort(int exit_code);
+/* For an error every rank sees (a layout error from mc_comm_init_from_env, a config that
+ * differs across ranks): prints "megatron-c: error: <msg>" on this rank, waits until every
+ * rank of the world has printed (bounded by the timeout), finalizes MPI and exits with
+ * exit_code (MC_EXIT_USAGE for the user's input). With world size 1: print and exit. */
+MC_NORETURN void mc_comm_exit_error(int exit_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 const char *mc_comm_launcher_name(mc_launcher l);
 
@@ -135,10 +150,11 @@ int mc_layout_check(int world_size, int tp, int pp, int cp, int ep, mc_err *err)
  * backend's stream). Dtypes: F32, F64, BF16, F16, I32, I64 for reductions; any dtype for
  * all_gather, broadcast, send and recv. ---- */
 void mc_comm_all_reduce(mc_group *g, mc_backend *be, mc_tensor *x, mc_reduce_op op);
-/* out = concat over ranks of in (along the first dim); numel(out) = size * numel(in). */
+/* out = concat over ranks of in (along the first dim); numel(out) = size * numel(in). In
+ * place when in is this rank's chunk of out (in.data = out.data + rank * bytes(in)). */
 void mc_comm_all_gather(mc_group *g, mc_backend *be, mc_tensor *out, const mc_tensor *in);
 /* out = this rank's 1/size chunk of the sum of in over ranks (chunk layout in the banner);
- * numel(in) = size * numel(out). */
+ * numel(in) = size * numel(out). In place when out is this rank's chunk of in. */
 void mc_comm_reduce_scatter(mc_group *g, mc_backend *be, mc_tensor *out, const mc_tensor *in);
 /* root is a group rank. */
 void mc_comm_broadcast(mc_group *g, mc_backend *be, mc_tensor *x, int root);
@@ -158,12 +174,11 @@ void mc_comm_sendrecv(mc_group *g, mc_backend *be, const mc_tensor *send, int ds
  *   CPU: the collective runs on the comm's worker thread (on its own duplicated MPI
  *        communicators), in issue order, with the same code and bit-identical results
  *        as the blocking call; mc_comm_wait blocks the host until it is done.
- *   CUDA: the collective runs on a communication stream after the work already enqueued
- *        on the backend's stream; mc_comm_wait makes the backend's stream wait for it
- *        (the host does not block).
- * Handles must be waited in any order but all of them, before the buffers are reused; at
- * most 1024 may be in flight. Every rank must issue the same async calls in the same
- * order. ---- */
+ *   CUDA: the collective runs on its communicator's stream after the work already
+ *        enqueued on the backend's stream; mc_comm_wait makes the backend's stream wait
+ *        for it (the host does not block).
+ * Handles may be waited in any order, but every one must be waited (at most 1024 in
+ * flight). Every rank must issue the same async calls in the same order. ---- */
 typedef struct mc_comm_work mc_comm_work;
 mc_comm_work *mc_comm_all_reduce_async(mc_group *g, mc_backend *be, mc_tensor *x, mc_reduce_op op);
 mc_comm_work *mc_comm_reduce_scatter_async(mc_group *g, mc_backend *be, mc_tensor *out, const mc_tensor *in);

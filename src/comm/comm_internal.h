@@ -21,17 +21,27 @@
 #include <mpi.h>
 #endif
 
-/* Per-group transport state (mc_group.impl). */
-typedef struct mc_group_impl {
-    const char *name;
-    int size, rank;   /* group size and this rank's group rank */
-    int world_rank;   /* this process's global rank */
-    int *ranks;       /* global ranks in group order (owned by the mc_group) */
+/* The communicators of one set of ranks. Groups of a comm with the same members in the
+ * same order (dp and dp_cp when CP = 1, tp and mp when PP = 1, ...) share one channel, so
+ * that no NCCL communicator is created twice. */
+typedef struct mc_channel {
+    int refs;
 #ifdef MC_HAVE_MPI
-    MPI_Comm comm;       /* blocking collectives, main thread */
+    MPI_Comm comm;       /* blocking collectives (the calling thread) */
     MPI_Comm async_comm; /* the async worker's duplicate */
 #endif
-    void *nccl;       /* ncclComm_t, created on first device use or by mc_comm_init_device */
+    void *nccl;          /* ncclComm_t, created on first device use or by mc_comm_init_device */
+    void *nccl_stream;   /* cudaStream_t: every NCCL call of this channel, in issue order */
+    void *nccl_ready;    /* cudaEvent_t: the backend stream's point the channel stream waits for */
+    void *nccl_done;     /* cudaEvent_t: the end of a blocking call, waited by the backend stream */
+} mc_channel;
+
+/* Per-group transport state (mc_group.impl). */
+typedef struct mc_group_impl {
+    const char *name;  /* for messages: the group as the caller named it */
+    int size, rank;    /* group size and this rank's group rank */
+    const int *ranks;  /* global ranks in group order (owned by the mc_group) */
+    mc_channel *ch;
 } mc_group_impl;
 
 /* Process-wide runtime. */
@@ -71,8 +81,9 @@ MC_NORETURN void mc_comm_fatal(const char *fmt, ...) __attribute__((format(print
 double mc_watch_now(void);
 
 /* ---- comm_mpi.c (host transport) ---- */
-void mc_mpi_group_create(mc_group_impl *gi, const mc_group *g);
-void mc_mpi_group_free(mc_group_impl *gi);
+/* Collective over the world: every rank calls it for the same groups in the same order. */
+void mc_mpi_channel_create(mc_group_impl *gi, bool is_world);
+void mc_mpi_channel_free(mc_channel *ch);
 /* async = false: the main thread's communicator; true: the worker's. n counts elements. */
 void mc_mpi_all_reduce(mc_group_impl *gi, bool async, void *x, int64_t n, mc_dtype dt, mc_reduce_op op);
 void mc_mpi_reduce_scatter(mc_group_impl *gi, bool async, void *out, const void *in, int64_t n_out, mc_dtype dt,
@@ -92,7 +103,7 @@ void mc_mpi_async_shutdown(void);
 /* ---- comm_nccl.c (device transport) ---- */
 bool mc_nccl_available(void);
 int mc_nccl_group_init(mc_group_impl *gi, mc_err *err);
-void mc_nccl_group_free(mc_group_impl *gi);
+void mc_nccl_channel_free(mc_channel *ch);
 void *mc_nccl_stream_of(mc_backend *be); /* the backend's cudaStream_t */
 /* work == NULL: on the backend's stream; else on the comm stream, completion in work. */
 void mc_nccl_all_reduce(mc_group_impl *gi, mc_backend *be, void *x, int64_t n, mc_dtype dt, mc_reduce_op op,
@@ -106,7 +117,11 @@ void mc_nccl_sendrecv(mc_group_impl *gi, mc_backend *be, const void *send, size_
                       size_t recv_bytes, int src);
 void mc_nccl_work_wait(mc_comm_work *w);
 bool mc_nccl_work_test(mc_comm_work *w);
-int mc_nccl_check_device(int local_rank, mc_err *err);
+int mc_nccl_pick_device(int local_rank, int local_size, mc_err *err);
+void mc_cuda_mark_record(mc_backend *be, mc_comm_mark *m);
+double mc_cuda_mark_elapsed(mc_comm_mark *start, mc_comm_mark *end);
+void mc_cuda_mark_release(mc_comm_mark *m);
+size_t mc_cuda_free_bytes(void);
 
 /* ---- async work handles (pool in comm.c) ---- */
 typedef enum { MC_WORK_ALL_REDUCE, MC_WORK_REDUCE_SCATTER, MC_WORK_ALL_GATHER } mc_work_op;
@@ -121,8 +136,7 @@ struct mc_comm_work {
     mc_dtype dt;
     mc_reduce_op rop;
     atomic_int done;       /* MPI worker: set when complete */
-    void *event;           /* NCCL: completion event on the comm stream */
-    void *ready_event;     /* NCCL: the backend stream's point the comm stream waits for */
+    void *event;           /* NCCL: completion event on the channel's stream */
     mc_comm_work *next;    /* worker queue / free list */
     bool in_use;
 };

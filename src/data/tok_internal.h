@@ -54,6 +54,7 @@ struct tok_buf {
 
 void tok_buf_grow(tok_buf *b, size_t extra);
 static inline void tok_buf_put(tok_buf *b, const void *p, size_t n) {
+    if (!n) return;
     if (b->len + n > b->cap) tok_buf_grow(b, n);
     memcpy(b->data + b->len, p, n);
     b->len += n;
@@ -66,6 +67,7 @@ void tok_buf_free(tok_buf *b);
 
 void tok_ids_grow(mc_ids *ids, int64_t extra);
 static inline void tok_ids_append(mc_ids *ids, const int32_t *p, int64_t n) {
+    if (n <= 0) return;
     if (ids->len + n > ids->cap) tok_ids_grow(ids, n);
     memcpy(ids->data + ids->len, p, (size_t)n * sizeof *p);
     ids->len += n;
@@ -74,6 +76,16 @@ static inline void tok_ids_push(mc_ids *ids, int32_t id) {
     if (ids->len + 1 > ids->cap) tok_ids_grow(ids, 1);
     ids->data[ids->len++] = id;
 }
+
+/* Bump allocator for load-time strings (freed all at once). */
+typedef struct tok_arena {
+    char **chunks;
+    size_t n, cap, left;
+    char *cur;
+} tok_arena;
+char *tok_arena_alloc(tok_arena *a, size_t n);
+char *tok_arena_dup(tok_arena *a, const void *p, size_t n); /* NUL-terminated copy */
+void tok_arena_free(tok_arena *a);
 
 /* Reads a whole file (NUL-terminated); errors name `what` (the flag) and the path. */
 int tok_read_file(const char *path, const char *what, char **data, size_t *len, mc_err *err);
@@ -87,24 +99,51 @@ static inline uint64_t tok_mix64(uint64_t x) {
     return x;
 }
 
-/* A fast hash of short byte strings (words): 8 bytes at a time. */
+static inline uint64_t tok_load64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline uint32_t tok_load32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* A fast hash of short byte strings (words): 8 bytes at a time; the tail is read with
+ * overlapping loads inside [p, p + n), never past it. */
 static inline uint64_t tok_hash(const void *p, size_t n) {
     const uint8_t *s = (const uint8_t *)p;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-        h ^= h >> 29;
-        s += 8;
-        n -= 8;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xFF51AFD7ED558CCDull), w;
+    if (n >= 8) {
+        size_t i = 0;
+        for (; i + 8 < n; i += 8) {
+            h = (h ^ tok_load64(s + i)) * 0xC4CEB9FE1A85EC53ull;
+            h ^= h >> 29;
+        }
+        w = tok_load64(s + n - 8);
+    } else if (n >= 4) {
+        w = (uint64_t)tok_load32(s) | (uint64_t)tok_load32(s + n - 4) << 32;
+    } else if (n) {
+        w = (uint64_t)s[0] << 16 | (uint64_t)s[n / 2] << 8 | s[n - 1];
+    } else {
+        w = 0;
     }
-    if (n) {
-        uint64_t w = 0;
-        memcpy(&w, s, n);
-        h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    }
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
     return tok_mix64(h);
+}
+
+/* a[0..n) == b[0..n), inline for short strings. */
+static inline bool tok_eq(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n >= 8 && n <= 16)
+        return tok_load64(a) == tok_load64(b) && tok_load64(a + n - 8) == tok_load64(b + n - 8);
+    if (n >= 4 && n < 8) return tok_load32(a) == tok_load32(b) && tok_load32(a + n - 4) == tok_load32(b + n - 4);
+    if (n < 4) {
+        for (size_t i = 0; i < n; i++)
+            if (a[i] != b[i]) return false;
+        return true;
+    }
+    return memcmp(a, b, n) == 0;
 }
 
 /* String -> id map over keys owned by the caller: keys[id], lens[id]. */
@@ -125,7 +164,7 @@ static inline int32_t tok_strmap_get_h(const tok_strmap *m, const void *key, siz
         if (!s) return -1;
         if ((s >> 32) == tag) {
             int32_t id = (int32_t)(uint32_t)s - 1;
-            if (m->lens[id] == len && memcmp(m->keys[id], key, len) == 0) return id;
+            if (m->lens[id] == len && tok_eq((const uint8_t *)m->keys[id], (const uint8_t *)key, len)) return id;
         }
         i = (i + 1) & m->mask;
     }
@@ -148,15 +187,16 @@ typedef struct tok_pairmap {
 } tok_pairmap;
 
 void tok_pairmap_init(tok_pairmap *m, size_t expected);
-/* Inserts unless present (the first rank of a pair wins); returns true when inserted. */
+/* Inserts, or replaces the entry of a pair already present (the last rank wins, as in HF
+ * and GPT-2's dict of merges); returns true when the pair was new. */
 bool tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id);
 static inline const tok_pair_slot *tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 20 & m->mask;
     for (;;) {
         const tok_pair_slot *s = &m->slots[i];
+        if (s->key == UINT64_MAX) return NULL; /* first: (-1, -1) is the empty key */
         if (s->key == key) return s;
-        if (s->key == UINT64_MAX) return NULL;
         i = (i + 1) & m->mask;
     }
 }
@@ -185,12 +225,14 @@ int tok_merge_run(const tok_pairmap *pm, tok_merge_buf *mb, int n);
 /* ---- the per-thread cache of word -> ids ------------------------------------------------ */
 
 typedef struct tok_cache_slot {
-    uint64_t hash; /* 0 = empty */
-    uint32_t key_off, key_len, ids_off, n_ids;
+    uint32_t tag; /* high hash bits | 1; 0 = empty */
+    uint32_t key_off;
+    uint16_t key_len, n_ids;
+    int32_t id; /* the id when n_ids == 1, else the offset of the ids */
 } tok_cache_slot;
 typedef struct tok_cache {
     tok_cache_slot *slots;
-    uint32_t mask, count;
+    uint32_t mask, count, max_mask;
     tok_buf keys;
     int32_t *ids;
     size_t ids_len, ids_cap;
@@ -198,17 +240,22 @@ typedef struct tok_cache {
 
 #define TOK_CACHE_MAX_KEY 128
 
-void tok_cache_init(tok_cache *c, unsigned log2_slots);
+/* Starts with 2^log2_slots slots, grows to 2^log2_max, then starts over when full. */
+void tok_cache_init(tok_cache *c, unsigned log2_slots, unsigned log2_max);
 void tok_cache_free(tok_cache *c);
 static inline const tok_cache_slot *tok_cache_get(const tok_cache *c, const void *key, size_t len, uint64_t h) {
-    h |= 1;
-    uint32_t i = (uint32_t)h & c->mask;
+    uint32_t tag = (uint32_t)(h >> 32) | 1, i = (uint32_t)h & c->mask;
     for (;;) {
         const tok_cache_slot *s = &c->slots[i];
-        if (s->hash == h && s->key_len == len && memcmp(c->keys.data + s->key_off, key, len) == 0) return s;
-        if (!s->hash) return NULL;
+        if (s->tag == tag && s->key_len == len &&
+            tok_eq((const uint8_t *)c->keys.data + s->key_off, (const uint8_t *)key, len))
+            return s;
+        if (!s->tag) return NULL;
         i = (i + 1) & c->mask;
     }
+}
+static inline const int32_t *tok_cache_ids(const tok_cache *c, const tok_cache_slot *s) {
+    return s->n_ids == 1 ? &s->id : c->ids + s->id;
 }
 void tok_cache_put(tok_cache *c, const void *key, size_t len, uint64_t h, const int32_t *ids, size_t n);
 

@@ -7,9 +7,14 @@
  *                           pre-tokenizer regexes, added/special tokens, and the
  *                           post-processor's BOS/EOS, which Megatron's HF path includes by
  *                           default (--tokenizer-hf-no-include-special-tokens turns it off);
- *                           eod = the eos token
+ *                           eod = the eos token: eos_token of a tokenizer_config.json beside
+ *                           the tokenizer.json, else the first of <|end_of_text|>,
+ *                           <|endoftext|>, </s>, <eos>, <|im_end|>, [SEP] that is a token;
+ *                           vocab size = len(tokenizer) (added tokens included)
  *   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
- *                           --tokenizer-model tokenizer.model (SentencePiece BPE protobuf)
+ *                           --tokenizer-model tokenizer.model (SentencePiece BPE protobuf),
+ *                           as Megatron's HEAD wrapper: encode_as_ids (no BOS), eod = eos_id,
+ *                           vocab size = the piece count
  *   NullTokenizer           --vocab-size V: text is space-separated ids; eod = V - 1
  *   ByteLevelTokenizer      (Megatron-C) bytes 0..255, eod 256
  *
@@ -35,6 +40,10 @@ typedef struct mc_tokenizer_options {
     const char *vocab_file, *merge_file, *tokenizer_model;
     int vocab_size;              /* NullTokenizer */
     bool hf_include_special_tokens; /* HuggingFaceTokenizer: post-processor tokens (default true) */
+    /* HuggingFaceTokenizer: special-token text in the input is encoded as ordinary text (HF's
+     * split_special_tokens / encode_special_tokens, tiktoken's encode_ordinary). The default
+     * (false) is HF's: "<|eot_id|>" in the text becomes that one token. */
+    bool split_special_tokens;
 } mc_tokenizer_options;
 
 /* Growable id buffer owned by the caller. */
@@ -59,8 +68,9 @@ void mc_tokenizer_scratch_free(mc_tokenizer_scratch *s);
  * NullTokenizer rejects non-integers), with the reason in err. */
 int mc_tokenizer_encode(const mc_tokenizer *t, mc_tokenizer_scratch *s, const char *text, size_t len, mc_ids *out,
                         mc_err *err);
-/* The text of ids (malloc'd, NUL-terminated, *len_out bytes); special tokens are written
- * as their text. */
+/* The text of ids (malloc'd, NUL-terminated, *len_out bytes), as the library's decode:
+ * GPT-2 and HF write special tokens as their text (skip_special_tokens=False); SentencePiece
+ * drops control pieces and writes <unk> as " \u2047 "; unknown ids are skipped. */
 char *mc_tokenizer_decode(const mc_tokenizer *t, const int32_t *ids, int64_t n, size_t *len_out);
 
 /* Megatron's tokenizer.vocab_size: decides the .bin dtype (uint16 below 65500) and the

@@ -119,6 +119,7 @@ void mc_trainer_free(mc_trainer *t) {
         mc_optimizer_free(&t->opt);
         mc_model_free(&t->model);
     }
+    if (t->train_loader) mc_loader_free(t->train_loader);
     mc_batch_free(&t->host_batch);
     free(t->stage_tokens);
     free(t->stage_labels);
@@ -133,10 +134,8 @@ void mc_trainer_free(mc_trainer *t) {
 
 int64_t mc_trainer_num_params(const mc_trainer *t) { return mc_model_num_params_global(&t->model); }
 
-double mc_trainer_load_microbatch(mc_trainer *t, int split, int64_t first_index, int n) {
-    mc_batch *hb = &t->host_batch;
-    mc_data_get_batch(t->data, split, first_index, n, hb);
-    int64_t S = t->cfg.model.seq_length, B = n;
+double mc_trainer_upload_batch(mc_trainer *t, const mc_batch *hb) {
+    int64_t S = t->cfg.model.seq_length, B = hb->mbs;
     bool f64 = t->mb.loss_mask.dtype == MC_F64;
     double ntok = 0;
     /* The dataset yields [b, s]; activations are [s, b]. */
@@ -168,15 +167,41 @@ double mc_trainer_load_microbatch(mc_trainer *t, int split, int64_t first_index,
     return ntok;
 }
 
+/* The training stream starts where training stands (0, or a resumed count). */
+static int start_train_loader(mc_trainer *t, mc_err *err) {
+    const mc_config *cfg = &t->cfg;
+    mc_loader_train_stream s = {
+        .consumed = t->consumed_train_samples,
+        .mbs = cfg->train.micro_batch_size,
+        .dp = t->dp,
+        .dp_rank = t->comm.dp_rank,
+        .num_microbatches = t->num_microbatches,
+        .global_batch = cfg->train.global_batch_size,
+        .end = t->train_iters * cfg->train.global_batch_size,
+    };
+    return mc_loader_create_train(&t->train_loader, t->data, &s, 4, err);
+}
+
 int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     const mc_config *cfg = &t->cfg;
     int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
     mc_backend *be = t->be;
+    if (t->iteration >= t->train_iters)
+        return mc_err_set(err, "training is complete (%lld iterations)", (long long)t->train_iters);
+    if (!t->train_loader) MC_TRY(start_train_loader(t, err));
     double t0 = mc_time_now();
     double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
     for (int micro = 0; micro < M; micro++) {
         int64_t first = mc_data_sample_index(t->consumed_train_samples, micro, mbs, t->dp, t->comm.dp_rank);
-        double ntok = mc_trainer_load_microbatch(t, MC_SPLIT_TRAIN, first, mbs);
+        mc_loader_request req;
+        const mc_batch *hb = mc_loader_next(t->train_loader, &req);
+        if (!hb) {
+            if (mc_loader_error(t->train_loader, err)) return MC_ERR;
+            return mc_err_set(err, "the training data ended before iteration %lld", (long long)(t->iteration + 1));
+        }
+        MC_ASSERT(req.first_index == first, "loader out of step: sample %lld vs %lld", (long long)req.first_index,
+                  (long long)first);
+        double ntok = mc_trainer_upload_batch(t, hb);
         /* Megatron: each micro-batch's loss is its token mean divided by the number of
          * micro-batches; DDP then averages over data-parallel ranks. */
         double grad_scale = ntok > 0 ? 1.0 / (ntok * M * t->dp) : 0.0;
@@ -237,7 +262,8 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_ou
     for (int64_t it = 0; it < iters; it++) {
         for (int micro = 0; micro < M; micro++) {
             int64_t first = mc_data_sample_index(start + it * gbs, micro, mbs, t->dp, t->comm.dp_rank);
-            mc_trainer_load_microbatch(t, split, first, mbs);
+            mc_data_get_batch(t->data, split, first, mbs, &t->host_batch);
+            mc_trainer_upload_batch(t, &t->host_batch);
             double loss_sum, num_tokens;
             mc_model_forward_backward(&t->model, &t->mb, false, 0.0, 0, false, &loss_sum, &num_tokens);
             pair[0] += loss_sum;

@@ -4,6 +4,7 @@
 
 #include "comm/comm.h"
 #include "data/data.h"
+#include "data/loader.h"
 #include "megatron.h"
 #include "model/model.h"
 #include "optim/ddp.h"
@@ -20,6 +21,7 @@ struct mc_trainer {
     mc_ddp ddp;
     mc_lr_schedule sched;
     mc_data *data;
+    mc_loader *train_loader;   /* prefetches training micro-batches on its own thread */
     int dp, num_microbatches;
     int64_t train_iters;
     int64_t iteration, consumed_train_samples, consumed_valid_samples;
@@ -36,8 +38,8 @@ struct mc_trainer {
     mc_metrics_file metrics;
 };
 
-/* Loads micro-batch `first_index .. +n` of `split` into t->mb (host -> backend); returns
- * the number of loss-masked tokens. */
-double mc_trainer_load_microbatch(mc_trainer *t, int split, int64_t first_index, int n);
+/* Uploads a host micro-batch into t->mb ([b, s] -> [s, b], host -> backend); returns the
+ * number of loss-masked tokens. */
+double mc_trainer_upload_batch(mc_trainer *t, const mc_batch *hb);
 
 #endif

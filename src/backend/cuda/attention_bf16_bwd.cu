@@ -7,30 +7,36 @@
  *   block, so its dK and dV rows live in its registers for the whole kernel. It walks the
  *   group's heads in order and, for each, the query tiles (BQ queries) from the diagonal to
  *   S: a fixed order, so dK/dV of a kv head sum over its query heads deterministically.
- *   Q and dO tiles (plus lse, D and the query rows' key ranges) stream through a two-stage
+ *   Q and dO tiles (plus lse, D and the query rows' key ranges) stream through a cp.async
  *   pipeline (cp.async for the tiles, plain stores for the side data); a tile none of whose
  *   queries sees the block's keys (seg_start past them) is skipped by a __syncthreads_or
  *   vote. Per tile each warp computes, transposed so that keys are the mma rows,
  *     S^T = K Q^T, dP^T = V dO^T      (A = K, V fragments; B = Q, dO rows by ldmatrix)
  *     P^T = exp2(S^T scale log2e - lse log2e), Pd = P z, dS^T = P (dP^T z - D) scale
  *     dV += Pd^T dO, dK += dS^T Q     (A = the re-packed accumulators; B by ldmatrix.trans)
- *   With d = 64 the K/V fragments stay in registers; with d = 128 they are re-read from
- *   shared memory (dK and dV alone take 128 registers).
+ *   The K/V A fragments are re-read from shared memory per k chunk (keeping them in
+ *   registers cost occupancy). Without seg_start, a query tile wholly past the block's keys
+ *   and inside S needs no mask: that test is uniform over the block and skips the per-element
+ *   range checks, which otherwise cost about a third of the backward time (measured).
  * dq kernel: block = (16 NW queries, head, batch), warp w owns 16 queries; Q and dO live in
- *   registers as A fragments; K/V tiles of BK keys stream through the same two-stage
+ *   registers as A fragments; K/V tiles of BK keys stream through the same kind of
  *   pipeline from the block's smallest seg_start to the diagonal:
  *     S = Q K^T, dP = dO V^T, dS = P (dP z - D) scale, dQ += dS K (K by ldmatrix.trans).
  * Shared rows are padded to d + 8 elements (conflict-free ldmatrix, see the forward).
  * Grid order: the key tiles with the most queries first (dkdv), the query tiles with the
  * most keys first (dq).
  *
- * Configurations:
- *   d 64:  dkdv 4 warps (64 keys) x BQ 64, K/V in registers, ~56 KB shared;
- *          dq 4 warps (64 queries) x BK 64, ~54 KB shared.
- *   d 128: dkdv 4 warps (64 keys) x BQ 32, K/V re-read, ~70 KB shared;
- *          dq 4 warps (64 queries) x BK 32, ~70 KB shared. */
+ * Pipelines: NS stages, one commit group per iteration (empty past the end), the refilled
+ * stage always the one read in the previous iteration (free after its closing barrier).
+ *
+ * Configurations (ptxas, sm_90a; picked by timing on an H200):
+ *   d 64:  dkdv 4 warps (64 keys) x BQ 64, 2 stages: 245 registers, no spills, 57 KB shared,
+ *          2 blocks per SM; dq 4 warps (64 queries) x BK 64, 2 stages: 246 registers, no
+ *          spills, 55 KB, 2 blocks per SM.
+ *   d 128: dkdv 4 warps (64 keys) x BQ 32: 255 registers, no spills, 71 KB; dq 4 warps
+ *          (64 queries) x BK 32: 248 registers, no spills, 70 KB.
+ * (8-warp blocks, 32-query tiles with K/V in registers, 3 stages: same or slower.) */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "backend/cuda/attention_internal.h"
 
@@ -54,7 +60,7 @@ __device__ __forceinline__ void bwd_load_tile(__nv_bfloat16 *dst, const __nv_bfl
 
 /* ---------------------------------------------------------------- dK, dV */
 
-template <int D, int NW, int BQ, bool KVREG>
+template <int D, int NW, int BQ, int NS>
 struct dkdv_cfg {
     static constexpr int BKV = 16 * NW;
     static constexpr int NT = 32 * NW;
@@ -62,26 +68,26 @@ struct dkdv_cfg {
     static constexpr int KC = D / 16;
     static constexpr int QN = BQ / 8; /* n tiles of S^T */
     static constexpr int DN = D / 8;  /* n tiles of dK, dV */
-    static constexpr size_t TILES = (size_t)(2 * BKV + 4 * BQ) * LDS * sizeof(__nv_bfloat16);
-    static constexpr size_t SMEM = TILES + (size_t)2 * 4 * BQ * sizeof(float);
-    static_assert(BQ % 16 == 0 && BQ <= NT, "BQ");
+    static constexpr size_t TILES = (size_t)(2 * BKV + 2 * NS * BQ) * LDS * sizeof(__nv_bfloat16);
+    static constexpr size_t SMEM = TILES + (size_t)NS * 4 * BQ * sizeof(float);
+    static_assert(BQ % 16 == 0 && BQ <= NT && NS >= 2 && NS <= 8, "BQ, NS");
 };
 
-template <int D, int NW, int BQ, bool KVREG>
-__global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __nv_bfloat16 *dqkv,
+template <int D, int NW, int BQ, int NS, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                 const __nv_bfloat16 *dout,
                                                                 const __nv_bfloat16 *qkv, const float *lse,
                                                                 const float *D_) {
-    using C = dkdv_cfg<D, NW, BQ, KVREG>;
+    using C = dkdv_cfg<D, NW, BQ, NS>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem_raw; /* [BKV][LDS] */
     __nv_bfloat16 *Vs = Ks + C::BKV * C::LDS;      /* [BKV][LDS] */
-    __nv_bfloat16 *Qs = Vs + C::BKV * C::LDS;      /* [2][BQ][LDS] */
-    __nv_bfloat16 *dOs = Qs + 2 * BQ * C::LDS;     /* [2][BQ][LDS] */
-    float *lse2_s = (float *)(smem_raw + C::TILES); /* [2][BQ]: lse log2e */
-    float *D_s = lse2_s + 2 * BQ;                   /* [2][BQ] */
-    int *lo_s = (int *)(D_s + 2 * BQ);              /* [2][BQ]: first key of each query */
-    int *hi_s = lo_s + 2 * BQ;                      /* [2][BQ]: last key (i), -1 past S */
+    __nv_bfloat16 *Qs = Vs + C::BKV * C::LDS;      /* [NS][BQ][LDS] */
+    __nv_bfloat16 *dOs = Qs + NS * BQ * C::LDS;    /* [NS][BQ][LDS] */
+    float *lse2_s = (float *)(smem_raw + C::TILES); /* [NS][BQ]: lse log2e */
+    float *D_s = lse2_s + NS * BQ;                  /* [NS][BQ] */
+    int *lo_s = (int *)(D_s + NS * BQ);             /* [NS][BQ]: first key of each query */
+    int *hi_s = lo_s + NS * BQ;                     /* [NS][BQ]: last key (i), -1 past S */
 
     const int64_t ngb = (int64_t)g.G * g.B;
     const int kt = (int)(blockIdx.x / ngb); /* key tile 0 has the most queries: first */
@@ -116,30 +122,33 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __n
         return any;
     };
 
-    bool pred_cur = load_item(0, 0); /* nitems >= 1: the diagonal tile */
-    attn_cp_async_commit();          /* group 0: K, V and item 0 */
+    /* prologue: items 0 .. NS-2 into stages 0 .. NS-2, one commit group each (group 0 also
+     * holds K and V; nitems >= 1, the diagonal tile). Bit s of predmask: the item now in
+     * stage s has a query row (loaded by this thread) that sees a key of the block. */
+    unsigned predmask = 0;
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (st < nitems && load_item(st, st)) predmask |= 1u << st;
+        attn_cp_async_commit();
+    }
 
     float dk[C::DN][4], dv[C::DN][4];
 #pragma unroll
     for (int n = 0; n < C::DN; n++) dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
-    uint32_t kf[KVREG ? C::KC : 1][4], vf[KVREG ? C::KC : 1][4];
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
 
     for (int it = 0; it < nitems; it++) {
-        const int stage = it & 1;
-        bool pred_next = false;
-        if (it + 1 < nitems) pred_next = load_item(it + 1, stage ^ 1);
-        attn_cp_async_commit();
-        attn_cp_async_wait<1>();
-        const int active = __syncthreads_or(pred_cur ? 1 : 0); /* also the barrier: stage landed */
-        if (KVREG && it == 0) {
-#pragma unroll
-            for (int kc = 0; kc < (KVREG ? C::KC : 1); kc++) {
-                attn_ldsm_x4(kf[kc], Ks + (kw + a_row) * C::LDS + kc * 16 + a_col);
-                attn_ldsm_x4(vf[kc], Vs + (kw + a_row) * C::LDS + kc * 16 + a_col);
-            }
+        const int stage = it % NS;
+        if (it + NS - 1 < nitems) { /* into the stage read in iteration it - 1 (barrier-protected) */
+            const int ns = (it + NS - 1) % NS;
+            predmask &= ~(1u << ns);
+            if (load_item(it + NS - 1, ns)) predmask |= 1u << ns;
         }
+        attn_cp_async_commit();
+        attn_cp_async_wait<NS - 1>();
+        /* also the barrier after which item `it` (cp.async and plain stores) is visible */
+        const int active = __syncthreads_or((int)((predmask >> stage) & 1u));
         if (active) {
             const int h = grp * g.hpg + it / nqt, i0 = (qt0 + it % nqt) * BQ;
             const __nv_bfloat16 *Qb = Qs + stage * BQ * C::LDS, *dOb = dOs + stage * BQ * C::LDS;
@@ -153,17 +162,9 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __n
                 st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
 #pragma unroll
             for (int kc = 0; kc < C::KC; kc++) {
-                uint32_t ka[4], va[4];
-                if (KVREG) {
-#pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        ka[r] = kf[KVREG ? kc : 0][r];
-                        va[r] = vf[KVREG ? kc : 0][r];
-                    }
-                } else {
-                    attn_ldsm_x4(ka, Ks + (kw + a_row) * C::LDS + kc * 16 + a_col);
-                    attn_ldsm_x4(va, Vs + (kw + a_row) * C::LDS + kc * 16 + a_col);
-                }
+                uint32_t ka[4], va[4]; /* A fragments of the warp's K and V rows */
+                attn_ldsm_x4(ka, Ks + (kw + a_row) * C::LDS + kc * 16 + a_col);
+                attn_ldsm_x4(va, Vs + (kw + a_row) * C::LDS + kc * 16 + a_col);
 #pragma unroll
                 for (int np = 0; np < C::QN / 2; np++) {
                     uint32_t qb[4], ob[4];
@@ -176,19 +177,44 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __n
                 }
             }
 
-            /* element (n, e): key kw + gq + 8 (e / 2), query column 8 n + 2 tq + e % 2 */
+            /* element (n, e): key kw + gq + 8 (e / 2), query column 8 n + 2 tq + e % 2. Without
+             * seg_start, a query tile wholly past the block's keys and inside S sees every key:
+             * no mask (the common case); the branches are uniform over the block. */
+            const bool need_mask = g.seg != nullptr || i0 < j0 + C::BKV || i0 + BQ > g.S;
+            if (g.dropout > 0.0f) {
 #pragma unroll
-            for (int n = 0; n < C::QN; n++)
+                for (int n = 0; n < C::QN; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qc = n * 8 + 2 * tq + (e & 1), j = j0 + kw + gq + 8 * (e >> 1);
-                    const bool vis = j >= lo[qc] && j <= hi[qc];
-                    const float p = vis ? attn_ex2(st[n][e] * g.scale_log2 - lse2[qc]) : 0.0f;
-                    float z = 1.0f;
-                    if (g.dropout > 0.0f && vis) z = attn_drop_factor(g, attn_drop_index(g, b, h, i0 + qc, j));
-                    st[n][e] = p * z;
-                    dpt[n][e] = p * (dpt[n][e] * z - Dv[qc]) * g.scale;
-                }
+                    for (int e = 0; e < 4; e++) {
+                        const int qc = n * 8 + 2 * tq + (e & 1), j = j0 + kw + gq + 8 * (e >> 1);
+                        const bool vis = j >= lo[qc] && j <= hi[qc];
+                        const float p = vis ? attn_ex2(st[n][e] * g.scale_log2 - lse2[qc]) : 0.0f;
+                        const float z = vis ? attn_drop_factor(g, attn_drop_index(g, b, h, i0 + qc, j)) : 0.0f;
+                        st[n][e] = p * z;
+                        dpt[n][e] = p * (dpt[n][e] * z - Dv[qc]) * g.scale;
+                    }
+            } else if (need_mask) {
+#pragma unroll
+                for (int n = 0; n < C::QN; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int qc = n * 8 + 2 * tq + (e & 1), j = j0 + kw + gq + 8 * (e >> 1);
+                        const bool vis = j >= lo[qc] && j <= hi[qc];
+                        const float p = vis ? attn_ex2(st[n][e] * g.scale_log2 - lse2[qc]) : 0.0f;
+                        st[n][e] = p;
+                        dpt[n][e] = p * (dpt[n][e] - Dv[qc]) * g.scale;
+                    }
+            } else {
+#pragma unroll
+                for (int n = 0; n < C::QN; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int qc = n * 8 + 2 * tq + (e & 1);
+                        const float p = attn_ex2(st[n][e] * g.scale_log2 - lse2[qc]);
+                        st[n][e] = p;
+                        dpt[n][e] = p * (dpt[n][e] - Dv[qc]) * g.scale;
+                    }
+            }
 
             /* dV += Pd^T dO, dK += dS^T Q */
 #pragma unroll
@@ -214,8 +240,7 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __n
                 }
             }
         }
-        __syncthreads(); /* every warp is done with `stage` before the next iteration refills it */
-        pred_cur = pred_next;
+        __syncthreads(); /* every warp is done with `stage` before a later iteration refills it */
     }
     attn_cp_async_wait<0>(); /* nothing may be in flight at exit (the last group is empty) */
 
@@ -234,7 +259,7 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dkdv_kernel(attn_geom g, __n
 
 /* ---------------------------------------------------------------- dQ */
 
-template <int D, int NW, int BK>
+template <int D, int NW, int BK, int NS>
 struct dq_cfg {
     static constexpr int BQ = 16 * NW;
     static constexpr int NT = 32 * NW;
@@ -242,20 +267,21 @@ struct dq_cfg {
     static constexpr int KC = D / 16;
     static constexpr int SN = BK / 8;
     static constexpr int DN = D / 8;
-    static constexpr size_t SMEM = (size_t)(2 * BQ + 4 * BK) * LDS * sizeof(__nv_bfloat16) + 16 * sizeof(int);
+    static constexpr size_t SMEM = (size_t)(2 * BQ + 2 * NS * BK) * LDS * sizeof(__nv_bfloat16) + 16 * sizeof(int);
+    static_assert(NS >= 2 && NW <= 16, "NS, NW");
 };
 
-template <int D, int NW, int BK>
-__global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+template <int D, int NW, int BK, int NS, int MINB>
+__global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                                                               const __nv_bfloat16 *qkv, const float *lse,
                                                               const float *D_) {
-    using C = dq_cfg<D, NW, BK>;
+    using C = dq_cfg<D, NW, BK, NS>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw; /* [BQ][LDS] */
     __nv_bfloat16 *dOs = Qs + C::BQ * C::LDS;      /* [BQ][LDS] */
-    __nv_bfloat16 *Ks = dOs + C::BQ * C::LDS;      /* [2][BK][LDS] */
-    __nv_bfloat16 *Vs = Ks + 2 * BK * C::LDS;      /* [2][BK][LDS] */
-    int *red = (int *)(Vs + 2 * BK * C::LDS);      /* [NW] */
+    __nv_bfloat16 *Ks = dOs + C::BQ * C::LDS;      /* [NS][BK][LDS] */
+    __nv_bfloat16 *Vs = Ks + NS * BK * C::LDS;     /* [NS][BK][LDS] */
+    int *red = (int *)(Vs + NS * BK * C::LDS);     /* [NW] */
 
     const int nq = attn_cdiv(g.S, C::BQ);
     const int64_t nhb = (int64_t)g.H * g.B;
@@ -292,9 +318,15 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_
 #pragma unroll
     for (int w = 0; w < NW; w++) klo = min(klo, red[w]);
     const int kt0 = klo / BK, kt1 = i_last / BK, nkt = kt1 - kt0 + 1;
-    bwd_load_tile<BK, D, C::NT>(Ks, qkv, kbase, g.row_stride, kt0 * BK, g.S);
-    bwd_load_tile<BK, D, C::NT>(Vs, qkv, vbase, g.row_stride, kt0 * BK, g.S);
-    attn_cp_async_commit();
+    /* prologue: tiles 0 .. NS-2 into stages 0 .. NS-2 (group 0 also holds Q and dO) */
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (st < nkt) {
+            bwd_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
+            bwd_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
+        }
+        attn_cp_async_commit();
+    }
 
     uint32_t qf[C::KC][4], of[C::KC][4];
     float dq[C::DN][4];
@@ -304,13 +336,14 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_
     const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
 
     for (int it = 0; it < nkt; it++) {
-        const int kt = kt0 + it, buf = it & 1;
-        if (it + 1 < nkt) {
-            bwd_load_tile<BK, D, C::NT>(Ks + (buf ^ 1) * BK * C::LDS, qkv, kbase, g.row_stride, (kt + 1) * BK, g.S);
-            bwd_load_tile<BK, D, C::NT>(Vs + (buf ^ 1) * BK * C::LDS, qkv, vbase, g.row_stride, (kt + 1) * BK, g.S);
+        const int kt = kt0 + it, buf = it % NS;
+        if (it + NS - 1 < nkt) { /* into the stage read in iteration it - 1 (barrier-protected) */
+            const int nb = (it + NS - 1) % NS;
+            bwd_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            bwd_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
         }
         attn_cp_async_commit();
-        attn_cp_async_wait<1>();
+        attn_cp_async_wait<NS - 1>();
         __syncthreads();
         if (it == 0) {
 #pragma unroll
@@ -338,22 +371,47 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_
             }
 
         const int j0 = kt * BK;
+        /* this thread's rows see every key of the tile: no mask (thread-local branch) */
+        const bool need_mask = j0 + BK - 1 > min(hi_t[0], hi_t[1]) || j0 < max(lo_t[0], lo_t[1]);
+        if (g.dropout > 0.0f) {
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + wrow0 + gq + 8 * hf;
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = i0 + wrow0 + gq + 8 * hf;
 #pragma unroll
-            for (int n = 0; n < C::SN; n++) {
-                const int j = j0 + n * 8 + 2 * tq;
-                float z0 = 1.0f, z1 = 1.0f;
-                if (g.dropout > 0.0f) attn_drop_factor2(g, attn_drop_index(g, b, h, i, j), z0, z1);
+                for (int n = 0; n < C::SN; n++) {
+                    const int j = j0 + n * 8 + 2 * tq;
+                    float z[2];
+                    attn_drop_factor2(g, attn_drop_index(g, b, h, i, j), z[0], z[1]);
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const bool vis = j + e >= lo_t[hf] && j + e <= hi_t[hf];
-                    const float p = vis ? attn_ex2(s[n][2 * hf + e] * g.scale_log2 - lse2_t[hf]) : 0.0f;
-                    const float z = e ? z1 : z0;
-                    dp[n][2 * hf + e] = p * (dp[n][2 * hf + e] * z - D_t[hf]) * g.scale;
+                    for (int e = 0; e < 2; e++) {
+                        const bool vis = j + e >= lo_t[hf] && j + e <= hi_t[hf];
+                        const float p = vis ? attn_ex2(s[n][2 * hf + e] * g.scale_log2 - lse2_t[hf]) : 0.0f;
+                        dp[n][2 * hf + e] = p * (dp[n][2 * hf + e] * z[e] - D_t[hf]) * g.scale;
+                    }
                 }
             }
+        } else if (need_mask) {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                for (int n = 0; n < C::SN; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int j = j0 + n * 8 + 2 * tq + e;
+                        const bool vis = j >= lo_t[hf] && j <= hi_t[hf];
+                        const float p = vis ? attn_ex2(s[n][2 * hf + e] * g.scale_log2 - lse2_t[hf]) : 0.0f;
+                        dp[n][2 * hf + e] = p * (dp[n][2 * hf + e] - D_t[hf]) * g.scale;
+                    }
+        } else {
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+                for (int n = 0; n < C::SN; n++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const float p = attn_ex2(s[n][2 * hf + e] * g.scale_log2 - lse2_t[hf]);
+                        dp[n][2 * hf + e] = p * (dp[n][2 * hf + e] - D_t[hf]) * g.scale;
+                    }
         }
 
         /* dQ += dS K */
@@ -372,7 +430,7 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_
                 attn_mma(dq[2 * dn + 1], sa, kb[2], kb[3]);
             }
         }
-        __syncthreads(); /* every warp is done with `buf` before the next iteration refills it */
+        __syncthreads(); /* every warp is done with `buf` before a later iteration refills it */
     }
     attn_cp_async_wait<0>();
 
@@ -389,59 +447,38 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_dq_kernel(attn_geom g, __nv_
 
 /* ---------------------------------------------------------------- launchers */
 
-template <int D, int NW, int BQ, bool KVREG>
+template <int D, int NW, int BQ, int NS, int MINB>
 static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Drow) {
-    using C = dkdv_cfg<D, NW, BQ, KVREG>;
+    using C = dkdv_cfg<D, NW, BQ, NS>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BKV) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, KVREG>;
+    auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, NS, MINB>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow);
     ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
 }
 
-template <int D, int NW, int BK>
+template <int D, int NW, int BK, int NS, int MINB>
 static void dq_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                       const __nv_bfloat16 *qkv, const float *lse, const float *Drow) {
-    using C = dq_cfg<D, NW, BK>;
+    using C = dq_cfg<D, NW, BK, NS>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BQ) * g.H * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_mma_dq_kernel<D, NW, BK>;
+    auto kernel = attn_mma_dq_kernel<D, NW, BK, NS, MINB>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow);
     ATTN_CHECK_LAUNCH("attn_mma_dq_kernel");
 }
 
-/* MC_ATTN_BWD_CFG=1 selects the alternative tilings (for timing comparisons). */
-static int bwd_variant(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MC_ATTN_BWD_CFG");
-        v = e ? atoi(e) : 0;
-    }
-    return v;
-}
-
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *qkv, const float *lse, const float *D) {
-    const int v = bwd_variant();
     if (g.d == 64) {
-        if (v == 1) {
-            dkdv_launch<64, 8, 64, true>(st, g, dqkv, dout, qkv, lse, D);
-            dq_launch<64, 8, 64>(st, g, dqkv, dout, qkv, lse, D);
-        } else {
-            dkdv_launch<64, 4, 64, true>(st, g, dqkv, dout, qkv, lse, D);
-            dq_launch<64, 4, 64>(st, g, dqkv, dout, qkv, lse, D);
-        }
+        dkdv_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
+        dq_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
     } else if (g.d == 128) {
-        if (v == 1) {
-            dkdv_launch<128, 8, 32, false>(st, g, dqkv, dout, qkv, lse, D);
-            dq_launch<128, 8, 32>(st, g, dqkv, dout, qkv, lse, D);
-        } else {
-            dkdv_launch<128, 4, 32, false>(st, g, dqkv, dout, qkv, lse, D);
-            dq_launch<128, 4, 32>(st, g, dqkv, dout, qkv, lse, D);
-        }
+        dkdv_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
+        dq_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
     } else {
         MC_ASSERT(0, "cuda attention: no tensor-core backward for head_dim %d", g.d);
     }

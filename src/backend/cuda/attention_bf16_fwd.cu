@@ -3,8 +3,8 @@
  *
  * Block = (BQ query rows, head, batch); NW warps, each owning MT m16 row tiles (BQ = 16 MT NW
  * rows). Its Q tile is loaded once (cp.async, zero-filled past S) and kept in registers as
- * mma A fragments; K/V tiles of BK keys stream through a two-stage cp.async pipeline in
- * shared memory (tile t+1 is in flight while tile t is used). Per K/V tile each warp
+ * mma A fragments; K/V tiles of BK keys stream through a cp.async pipeline in shared
+ * memory (below). Per K/V tile each warp
  *   S = Q K^T        mma.m16n8k16 (A = Q from registers, B = K rows by ldmatrix),
  *   online softmax   in registers: scores scaled into the exp2 domain, row max/sum reduced
  *                    over the 4 lanes sharing a row, masking only on tiles that cut the
@@ -20,16 +20,22 @@
  * Dropout: P (after the row sum, as the CPU reference) times the Philox keep factor.
  * Output: O / l as bf16, lse = m ln2 + ln l (F32).
  *
- * Configurations (D, MT, NW, BK), chosen for registers (<= 255, no spills) and occupancy:
- *   d 64:  2 m-tiles x 4 warps = 128 rows, 64 keys: ~48 KB shared, K/V fragments read
- *          from shared memory once per 32 rows;
- *   d 128: 1 m-tile x 4 warps = 64 rows, 64 keys: ~80 KB shared (O alone is 64 registers). */
+ * The tile loop is an NS-stage cp.async pipeline: tile t + NS - 1 is issued while tile t
+ * is used, into the stage read in iteration t - 1 (free after that iteration's closing
+ * barrier); every iteration commits one group (empty past the end), so "wait until at
+ * most NS - 1 groups are in flight" always means "tile t has landed".
+ *
+ * Configurations (D, MT, NW, BK, NS), picked by timing on an H200 (ptxas, sm_90a):
+ *   d 64:  1 m-tile x 4 warps = 64 rows, 64 keys, 3 stages: 164 registers, no spills,
+ *          64.6 KB shared -> 3 blocks (12 warps) per SM;
+ *   d 128: 1 m-tile x 4 warps = 64 rows, 64 keys, 2 stages: 244 registers, no spills,
+ *          87 KB shared -> 2 blocks per SM (O alone is 64 registers a thread).
+ * (2 m-tiles per warp at d 64, 128-key tiles and 8-warp blocks measured the same or slower.) */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "backend/cuda/attention_internal.h"
 
-template <int D, int MT, int NW, int BK>
+template <int D, int MT, int NW, int BK, int NS>
 struct fwd_cfg {
     static constexpr int BQ = 16 * MT * NW;
     static constexpr int NT = 32 * NW;
@@ -37,8 +43,8 @@ struct fwd_cfg {
     static constexpr int KC = D / 16; /* k chunks of Q K^T */
     static constexpr int SN = BK / 8; /* n tiles of S */
     static constexpr int ON = D / 8;  /* n tiles of O */
-    static constexpr size_t SMEM = (size_t)(BQ + 4 * BK) * LDS * sizeof(__nv_bfloat16) + 16 * sizeof(int);
-    static_assert(D % 16 == 0 && BK % 16 == 0, "tile shapes");
+    static constexpr size_t SMEM = (size_t)(BQ + 2 * NS * BK) * LDS * sizeof(__nv_bfloat16) + 16 * sizeof(int);
+    static_assert(D % 16 == 0 && BK % 16 == 0 && NS >= 2 && NW <= 16, "tile shapes");
 };
 
 /* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
@@ -59,15 +65,15 @@ __device__ __forceinline__ void fwd_load_tile(__nv_bfloat16 *dst, const __nv_bfl
     }
 }
 
-template <int D, int MT, int NW, int BK>
+template <int D, int MT, int NW, int BK, int NS>
 __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv_bfloat16 *out, float *lse,
                                                                const __nv_bfloat16 *qkv) {
-    using C = fwd_cfg<D, MT, NW, BK>;
+    using C = fwd_cfg<D, MT, NW, BK, NS>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_raw; /* [BQ][LDS] */
-    __nv_bfloat16 *Ks = Qs + C::BQ * C::LDS;       /* [2][BK][LDS] */
-    __nv_bfloat16 *Vs = Ks + 2 * BK * C::LDS;      /* [2][BK][LDS] */
-    int *red = (int *)(Vs + 2 * BK * C::LDS);      /* [NW]: each warp's smallest first key */
+    __nv_bfloat16 *Ks = Qs + C::BQ * C::LDS;       /* [NS][BK][LDS] */
+    __nv_bfloat16 *Vs = Ks + NS * BK * C::LDS;     /* [NS][BK][LDS] */
+    int *red = (int *)(Vs + NS * BK * C::LDS);     /* [NW]: each warp's smallest first key */
 
     const int nq = attn_cdiv(g.S, C::BQ);
     const int64_t nhb = (int64_t)g.H * g.B;
@@ -100,9 +106,16 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
     for (int w = 0; w < NW; w++) klo = min(klo, red[w]);
     /* klo <= i0: row i0 is valid and its first key is at most i0 */
     const int kt0 = klo / BK, kt1 = i_last / BK, nkt = kt1 - kt0 + 1;
-    fwd_load_tile<BK, D, C::NT>(Ks, qkv, kbase, g.row_stride, kt0 * BK, g.S);
-    fwd_load_tile<BK, D, C::NT>(Vs, qkv, vbase, g.row_stride, kt0 * BK, g.S);
-    attn_cp_async_commit();
+    /* prologue: tiles 0 .. NS-2 in stages 0 .. NS-2, one commit group each (the first one
+     * also holds Q); groups past the last tile are empty, which keeps the counting uniform */
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++) {
+        if (st < nkt) {
+            fwd_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
+            fwd_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
+        }
+        attn_cp_async_commit();
+    }
 
     uint32_t qf[MT][C::KC][4];
     float o[MT][C::ON][4];
@@ -121,13 +134,14 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
     const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
 
     for (int it = 0; it < nkt; it++) {
-        const int kt = kt0 + it, buf = it & 1;
-        if (it + 1 < nkt) {
-            fwd_load_tile<BK, D, C::NT>(Ks + (buf ^ 1) * BK * C::LDS, qkv, kbase, g.row_stride, (kt + 1) * BK, g.S);
-            fwd_load_tile<BK, D, C::NT>(Vs + (buf ^ 1) * BK * C::LDS, qkv, vbase, g.row_stride, (kt + 1) * BK, g.S);
+        const int kt = kt0 + it, buf = it % NS;
+        if (it + NS - 1 < nkt) { /* into the stage read in iteration it - 1 (barrier-protected) */
+            const int nb = (it + NS - 1) % NS;
+            fwd_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            fwd_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
         }
         attn_cp_async_commit(); /* possibly empty: keeps the group count uniform */
-        attn_cp_async_wait<1>(); /* everything but the tile just issued has landed */
+        attn_cp_async_wait<NS - 1>(); /* tile it (and Q) has landed; NS - 1 younger groups may fly */
         __syncthreads();
         if (it == 0) {
 #pragma unroll
@@ -236,8 +250,9 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
                 }
             }
         }
-        __syncthreads(); /* every warp is done with `buf` before the next iteration refills it */
+        __syncthreads(); /* every warp is done with `buf` before a later iteration refills it */
     }
+    attn_cp_async_wait<0>(); /* only empty groups can remain; leave nothing in flight */
 
     /* O / l, lse */
 #pragma unroll
@@ -259,12 +274,12 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
         }
 }
 
-template <int D, int MT, int NW, int BK>
+template <int D, int MT, int NW, int BK, int NS>
 static void fwd_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv) {
-    using C = fwd_cfg<D, MT, NW, BK>;
+    using C = fwd_cfg<D, MT, NW, BK, NS>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BQ) * g.H * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_mma_fwd_kernel<D, MT, NW, BK>;
+    auto kernel = attn_mma_fwd_kernel<D, MT, NW, BK, NS>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, out, lse, qkv);
     ATTN_CHECK_LAUNCH("attn_mma_fwd_kernel");
@@ -272,29 +287,11 @@ static void fwd_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, 
 
 bool attn_mma_supported(int d) { return d == 64 || d == 128; }
 
-/* MC_ATTN_FWD_CFG=1 selects the alternative tiling (for timing comparisons). */
-static int fwd_variant(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MC_ATTN_FWD_CFG");
-        v = e ? atoi(e) : 0;
-    }
-    return v;
-}
-
 void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv) {
-    const int v = fwd_variant();
-    if (g.d == 64) {
-        if (v == 1)
-            fwd_launch<64, 1, 4, 64>(st, g, out, lse, qkv);
-        else
-            fwd_launch<64, 2, 4, 64>(st, g, out, lse, qkv);
-    } else if (g.d == 128) {
-        if (v == 1)
-            fwd_launch<128, 1, 8, 64>(st, g, out, lse, qkv);
-        else
-            fwd_launch<128, 1, 4, 64>(st, g, out, lse, qkv);
-    } else {
+    if (g.d == 64)
+        fwd_launch<64, 1, 4, 64, 3>(st, g, out, lse, qkv);
+    else if (g.d == 128)
+        fwd_launch<128, 1, 4, 64, 2>(st, g, out, lse, qkv);
+    else
         MC_ASSERT(0, "cuda attention: no tensor-core forward for head_dim %d", g.d);
-    }
 }

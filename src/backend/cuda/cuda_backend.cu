@@ -226,6 +226,9 @@ static void cuda_zero(mc_backend *be, void *dst, size_t bytes) {
 
 static void cuda_sync(mc_backend *be) { mc_cuda_sync_checked(mc_cuda_st(be), "sync"); }
 
+/* The compute stream, for the comm layer's NCCL calls (ordered with our ops). */
+static void *cuda_native_stream(mc_backend *be) { return (void *)mc_cuda_st(be)->stream; }
+
 /* ---- attention (kernels by attention*.cu) ---- */
 
 static void cuda_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
@@ -397,6 +400,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->sumsq = mc_cuda_sumsq;
     be->sumsq_segments = mc_cuda_sumsq_segments;
     be->count_zeros = mc_cuda_count_zeros;
+    be->native_stream = cuda_native_stream;
 
     be->destroy = cuda_destroy;
     return be;

@@ -205,7 +205,8 @@ static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, c
         st->gemm->warned_fallback = true;
         fprintf(stderr,
                 "megatron-c: warning: cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (%s%s, %s -> %s, "
-                "alignments %u/%u/%u, bias %s) (%s); using the slow fallback kernel for such shapes\n",
+                "alignments %u/%u/%u, bias %s) (%s); operands aligned to < 16 bytes are staged through aligned "
+                "scratch, and the slow fallback kernel runs when that does not help\n",
                 op, (long long)m, (long long)n, (long long)k, ta ? "T" : "N", tb ? "T" : "N",
                 mc_dtype_name((mc_dtype)key->ab_dt), mc_dtype_name((mc_dtype)key->c_dt), key->al_a, key->al_b,
                 key->al_c, key->bias_dt >= 0 ? "yes" : "no", cublasLtGetStatusString(s));
@@ -213,7 +214,10 @@ static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, c
 }
 
 /* C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows), row-major; m, n, k > 0.
- * A, B of dtype ab_dt; C of c_dt; bias (optional) of ab_dt, 16-byte aligned. */
+ * A, B of dtype ab_dt; C of c_dt; bias (optional) of ab_dt, 16-byte aligned.
+ * When cuBLASLt has no algorithm for the operands' alignments, the operands aligned to
+ * less than 16 bytes are staged through aligned scratch (a copy is O(size) next to the
+ * product's O(m n k)); only if that fails too does the plain kernel run. */
 static void matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
                    const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
                    const void *bias) {
@@ -227,16 +231,41 @@ static void matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int6
     key.al_bias = bias ? align_of(bias) : 0;
     gemm_entry *e = cache_lookup(st, &key);
     if (!e->used) entry_build(st, e, &key, bias, op);
-    if (!e->has_algo) {
+    if (e->has_algo) {
+        if (bias)
+            MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+                            op);
+        MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
+                                       st->lt_workspace, st->lt_workspace_bytes, st->stream),
+                        op);
+        MC_CUDA_LAUNCHED(st, op);
+        return;
+    }
+    bool sa = key.al_a < 16, sb = key.al_b < 16, sc = key.al_c < 16;
+    if (!(sa || sb || sc)) {
         fallback_gemm(st, op, m, n, k, A, ta, B, tb, ab_dt, C, c_dt, alpha, beta, bias);
         return;
     }
-    if (bias)
-        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
-    MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
-                                   st->lt_workspace, st->lt_workspace_bytes, st->stream),
-                    op);
-    MC_CUDA_LAUNCHED(st, op);
+    const size_t es = mc_dtype_size(ab_dt), ces = mc_dtype_size(c_dt);
+    const size_t a_bytes = (size_t)(m * k) * es, b_bytes = (size_t)(k * n) * es, c_bytes = (size_t)(m * n) * ces;
+    const size_t a_room = sa ? (a_bytes + 255) & ~(size_t)255 : 0, b_room = sb ? (b_bytes + 255) & ~(size_t)255 : 0;
+    char *ws = (char *)mc_cuda_workspace(st, a_room + b_room + (sc ? c_bytes : 0), op);
+    const void *A2 = A, *B2 = B;
+    void *C2 = C;
+    if (sa) {
+        MC_CUDA_CHECK(cudaMemcpyAsync(ws, A, a_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
+        A2 = ws;
+    }
+    if (sb) {
+        MC_CUDA_CHECK(cudaMemcpyAsync(ws + a_room, B, b_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
+        B2 = ws + a_room;
+    }
+    if (sc) {
+        C2 = ws + a_room + b_room;
+        if (beta != 0.0f) MC_CUDA_CHECK(cudaMemcpyAsync(C2, C, c_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
+    }
+    matmul(st, op, m, n, k, A2, ta, B2, tb, ab_dt, C2, c_dt, alpha, beta, bias); /* staged: aligned to 256 */
+    if (sc) MC_CUDA_CHECK(cudaMemcpyAsync(C, C2, c_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
 }
 
 /* ---- small kernels: C *= beta, bias broadcast, column sums ---- */
@@ -285,13 +314,22 @@ __global__ void colsum_partial_kernel(float *part, const T *dy, int64_t rows, in
     }
 }
 
-/* db[c] += sum over chunks (in order, in double) of part[chunk, c] */
+/* db[c] += sum over chunks of part[chunk, c]: block (32 columns x 32 lanes); lane ty sums
+ * chunks ty, ty + 32, ... in double, then the lanes are added in order (deterministic). */
 __global__ void colsum_finish_kernel(float *db, const float *part, int64_t nchunks, int64_t cols) {
-    int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) return;
+    __shared__ double sh[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t col = (int64_t)blockIdx.x * 32 + tx;
     double s = 0.0;
-    for (int64_t ch = 0; ch < nchunks; ch++) s += (double)part[ch * cols + col];
-    db[col] += (float)s;
+    if (col < cols)
+        for (int64_t ch = ty; ch < nchunks; ch += 32) s += (double)part[ch * cols + col];
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+        double t = 0.0;
+        for (int j = 0; j < 32; j++) t += sh[j][tx];
+        db[col] += (float)t;
+    }
 }
 
 /* db[cols] (F32) += column sums of dy[rows, cols]; deterministic (fixed chunking). */
@@ -316,7 +354,7 @@ static void colsum_add(mc_cuda_state *st, const char *op, float *db, const void 
         colsum_partial_kernel<__nv_bfloat16><<<grid, block, 0, st->stream>>>(part, (const __nv_bfloat16 *)dy, rows,
                                                                               cols, rpc);
     MC_CUDA_LAUNCHED(st, op);
-    colsum_finish_kernel<<<(unsigned)((cols + 255) / 256), 256, 0, st->stream>>>(db, part, nchunks, cols);
+    colsum_finish_kernel<<<(unsigned)colblocks, dim3(32, 32), 0, st->stream>>>(db, part, nchunks, cols);
     MC_CUDA_LAUNCHED(st, op);
 }
 

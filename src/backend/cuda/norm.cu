@@ -14,7 +14,8 @@
  * g and g xhat), and each thread owns fixed columns, so it accumulates its columns' dw/db
  * over the block's rows without any race (in shared memory when 8 h bytes fit, else in the
  * block's slice of the global partial buffer). A second kernel adds the blocks' partials
- * in block order: deterministic, no atomics. dx may alias dy (each element is read before
+ * in a fixed order (32 interleaved lanes, then the lanes in order): deterministic, no
+ * atomics. dx may alias dy (each element is read before
  * the same thread writes it). */
 #include "backend/cuda/cuda_internal.h"
 
@@ -92,19 +93,23 @@ static void launch_fwd(mc_cuda_state *st, const char *op, T *y, float *mean, flo
 
 /* ---- backward ---- */
 
-/* part_w/part_b: [gridDim.x, h] F32 partial sums (written whole by each block). */
+/* part_w/part_b: [gridDim.x, h] F32 partial sums (written whole by each block). In shared
+ * memory the accumulators are k-major (index k * groups + g for column 8 g + k), so the
+ * threads of a warp (consecutive g) touch consecutive words: no bank conflicts. */
 template <typename T, bool VEC, bool LN>
 __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
-                                const float *mean, const float *rstd, int64_t n, int64_t h, bool use_smem) {
-    extern __shared__ float smem[]; /* [2 h] when use_smem */
+                                const float *mean, const float *rstd, int64_t n, int64_t h, bool use_smem,
+                                bool want_w, bool want_b) {
+    extern __shared__ float smem[]; /* [2, 8, groups] when use_smem */
     __shared__ float red_a[32], red_b[32];
-    float *acc_w = use_smem ? smem : part_w + (int64_t)blockIdx.x * h;
-    float *acc_b = use_smem ? smem + h : part_b + (int64_t)blockIdx.x * h;
     const int64_t groups = (h + 7) / 8;
+    float *acc_w = use_smem ? smem : part_w + (int64_t)blockIdx.x * h;
+    float *acc_b = use_smem ? smem + 8 * groups : part_b + (int64_t)blockIdx.x * h;
+    const int64_t sg = use_smem ? 1 : 8, sk = use_smem ? groups : 1; /* column 8 g + k at g sg + k sk */
     /* each thread owns groups tid, tid + T, ...: zero its accumulators */
     for (int64_t g = threadIdx.x; g < groups; g += blockDim.x)
         for (int k = 0; k < 8; k++)
-            if (g * 8 + k < h) acc_w[g * 8 + k] = 0.0f, acc_b[g * 8 + k] = 0.0f;
+            if (g * 8 + k < h) acc_w[g * sg + k * sk] = 0.0f, acc_b[g * sg + k * sk] = 0.0f;
     for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
         const T *xr = x + row * h, *dyr = dy + row * h;
         const float m = LN ? mean[row] : 0.0f, r = rstd[row];
@@ -120,8 +125,8 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
                     float xhat = (xv[k] - m) * r, gg = dv[k] * wv[k];
                     sum_g += gg;
                     sum_gx += gg * xhat;
-                    acc_w[g * 8 + k] += dv[k] * xhat;
-                    acc_b[g * 8 + k] += dv[k];
+                    if (want_w) acc_w[g * sg + k * sk] += dv[k] * xhat;
+                    if (want_b) acc_b[g * sg + k * sk] += dv[k];
                 }
             }
         }
@@ -144,48 +149,59 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
             mc_store_group<T, VEC>(dxr, g * 8, h, o);
         }
     }
-    if (use_smem) {
+    if (use_smem) { /* to the block's partial rows, column-major as the reduction reads them */
         for (int64_t g = threadIdx.x; g < groups; g += blockDim.x)
             for (int k = 0; k < 8; k++) {
                 int64_t c = g * 8 + k;
                 if (c < h) {
-                    part_w[(int64_t)blockIdx.x * h + c] = acc_w[c];
-                    part_b[(int64_t)blockIdx.x * h + c] = acc_b[c];
+                    if (want_w) part_w[(int64_t)blockIdx.x * h + c] = acc_w[k * groups + g];
+                    if (want_b) part_b[(int64_t)blockIdx.x * h + c] = acc_b[k * groups + g];
                 }
             }
     }
 }
 
-/* dw[c] += sum_blocks part_w[blk, c], db likewise (blocks in order, in double). */
+/* out[c] += sum over p of part[p, c], for dw (and db): block (32 columns x 32 lanes); lane
+ * ty sums parts ty, ty + 32, ... in double, then the 32 lane sums are added in lane order.
+ * Fixed order: deterministic. Many blocks, so the partial rows stream at full bandwidth. */
 __global__ void norm_param_reduce_kernel(float *dw, float *db, const float *part_w, const float *part_b, int64_t nparts,
                                          int64_t h) {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= h) return;
-    if (dw) {
+    __shared__ double sh[32][33];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int64_t c = (int64_t)blockIdx.x * 32 + tx;
+    for (int which = 0; which < 2; which++) {
+        float *out = which == 0 ? dw : db;
+        const float *part = which == 0 ? part_w : part_b;
+        if (!out) continue; /* uniform over the block */
         double s = 0.0;
-        for (int64_t p = 0; p < nparts; p++) s += (double)part_w[p * h + c];
-        dw[c] += (float)s;
-    }
-    if (db) {
-        double s = 0.0;
-        for (int64_t p = 0; p < nparts; p++) s += (double)part_b[p * h + c];
-        db[c] += (float)s;
+        if (c < h)
+            for (int64_t p = ty; p < nparts; p += 32) s += (double)part[p * h + c];
+        sh[ty][tx] = s;
+        __syncthreads();
+        if (ty == 0 && c < h) {
+            double t = 0.0;
+            for (int j = 0; j < 32; j++) t += sh[j][tx];
+            out[c] += (float)t;
+        }
+        __syncthreads();
     }
 }
 
 template <typename T, bool VEC, bool LN>
 static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, size_t smem, T *dx, float *pw,
                               float *pb, const T *dy, const T *x, const T *w, const float *mean, const float *rstd,
-                              int64_t n, int64_t h, bool use_smem) {
-    static bool attr_set = false; /* one per instantiation */
-    if (!attr_set) {
+                              int64_t n, int64_t h, bool use_smem, bool want_w, bool want_b) {
+    /* the dynamic shared-memory limit, raised once per instantiation and device */
+    static bool attr_set[64];
+    bool *done = st->device >= 0 && st->device < 64 ? &attr_set[st->device] : NULL;
+    if (!done || !*done) {
         MC_CUDA_CHECK(cudaFuncSetAttribute(norm_bwd_kernel<T, VEC, LN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)st->smem_optin - 2 * 32 * (int)sizeof(float)),
                       op);
-        attr_set = true;
+        if (done) *done = true;
     }
     norm_bwd_kernel<T, VEC, LN><<<grid, NORM_BWD_THREADS, smem, st->stream>>>(dx, pw, pb, dy, x, w, mean, rstd, n, h,
-                                                                              use_smem);
+                                                                              use_smem, want_w, want_b);
     MC_CUDA_LAUNCHED(st, op);
 }
 
@@ -194,7 +210,7 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, floa
                        const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
     if (n == 0 || h == 0) return;
     if (!dx && !dw && !db) return;
-    size_t smem_need = 2 * (size_t)h * sizeof(float);
+    size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
     bool use_smem = smem_need + 2 * 32 * sizeof(float) <= st->smem_optin;
     size_t smem = use_smem ? smem_need : 0;
     /* blocks per SM by shared memory (and at most 2048 threads per SM) */
@@ -210,10 +226,14 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, floa
     float *pw = part, *pb = part + grid * h;
     bool vec = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
                (!dx || mc_cuda_aligned16(dx));
-    if (vec) launch_bwd_kernel<T, true, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem);
-    else launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem);
+    if (vec)
+        launch_bwd_kernel<T, true, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem,
+                                       dw != NULL, db != NULL);
+    else
+        launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem,
+                                        dw != NULL, db != NULL);
     if (dw || db) {
-        norm_param_reduce_kernel<<<(unsigned)((h + 255) / 256), 256, 0, st->stream>>>(dw, db, pw, pb, grid, h);
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, grid, h);
         MC_CUDA_LAUNCHED(st, op);
     }
 }

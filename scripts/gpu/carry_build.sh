@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here and packs them for the GPU machine into .carry/gpu/ (git-
+# ignored): stripped executables, the shared libraries that machine lacks (cJSON, the
+# OpenMP OpenBLAS, OpenMPI, ...; its CUDA libraries come from its own toolkit), and the
+# shared bench scripts. Saves the minutes nvcc would take there.
+#   scripts/gpu/carry_build.sh [binaries...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=build-cuda
+cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DMC_WITH_CUDA=ON -DCMAKE_C_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" > /dev/null
+cmake --build $BUILD -j "$(nproc)" -- -k > $BUILD.log 2>&1 || { grep -E 'error' $BUILD.log | head -20; }
+BINS=("$@")
+[ ${#BINS[@]} -gt 0 ] || BINS=(megatron-c test_cuda_attention test_train_determinism test_golden_parity test_backend_equivalence)
+rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib .carry/gpu/shared
+for b in "${BINS[@]}"; do
+    [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b"; exit 1; }
+    strip -o ".carry/gpu/bin/$b" "$BUILD/$b"
+done
+# Non-system libraries the binaries need (not glibc, not CUDA's).
+ldd .carry/gpu/bin/megatron-c | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libcuda|libcudart|libcublas|libnccl|libstdc\+\+|libgcc_s' |
+    while read -r lib; do cp -L "$lib" .carry/gpu/lib/; done
+cp -r ../shared/bench .carry/gpu/shared/
+du -sh .carry/gpu

@@ -1,0 +1,351 @@
+/* adamw.cu: the AdamW step over all parameter segments in one launch, the sum of squares
+ * of a buffer and of many ranges of one (grad-norm clipping), and the zero count.
+ *
+ * AdamW, per element, in the CPU backend's order (backend/cpu/adamw.c), every operation
+ * rounded separately (__fmul_rn & co. keep nvcc from contracting into FMAs, so the result
+ * is bitwise the CPU's):
+ *   g = grad * grad_scale;  p = p * (1 - lr wd);  m = m + (1 - b1) (g - m)
+ *   v = v b2 + (1 - b2) g g;  p = p + (-lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
+ * with bc1, bc2 and the per-segment decay computed on the host in double. A segment is
+ * `count` elements at `offset` in param/exp_avg/exp_avg_sq and at `grad_offset` in grad
+ * and param_copy (they differ when the optimizer state is this rank's shard). param_copy
+ * (BF16, F16 or F32), when present, gets the new parameters.
+ *
+ * Multi-tensor launch: every segment is cut into chunks of ADAMW_CHUNK elements; the
+ * segment table (offset, count, grad_offset, first chunk, decay) goes up once per call
+ * through pinned staging; one block per chunk finds its segment by binary search in the
+ * table (float4 accesses where the segment's offsets allow).
+ *
+ * Reductions are deterministic: a fixed grid (a function of the size and the device),
+ * per-thread double accumulators over a fixed element assignment, block sums in a fixed
+ * order into one double per block, and one block adding the partials in a fixed order. */
+#include "backend/cuda/cuda_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* elements per chunk: AdamW runs one block per chunk; the sum of squares, a persistent grid
+ * (one partial per block), takes bigger chunks */
+enum { ADAMW_CHUNK = 4096, SUMSQ_CHUNK = 16384, ADAMW_THREADS = 256, RED_THREADS = 256 };
+
+typedef struct seg_entry {
+    int64_t offset, count, chunk_begin, grad_offset;
+    float decay;
+    int32_t pad;
+} seg_entry;
+
+typedef struct adamw_scalars {
+    float grad_scale, one_minus_b1, b2, one_minus_b2, neg_step_size, bc2_sqrt, eps;
+} adamw_scalars;
+
+/* The segment holding chunk c: the last entry whose chunk_begin <= c (entries have
+ * count > 0, so chunk_begin increases strictly). */
+__device__ __forceinline__ int find_segment(const seg_entry *segs, int nseg, int64_t c) {
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (segs[mid].chunk_begin <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* One element's update (every operation rounded separately, as on the CPU). */
+__device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, float grad, float decay,
+                                           const adamw_scalars &s) {
+    const float g = __fmul_rn(grad, s.grad_scale);
+    const float pi = __fmul_rn(p, decay);
+    const float mi = __fadd_rn(m, __fmul_rn(s.one_minus_b1, __fsub_rn(g, m)));
+    const float vi = __fadd_rn(__fmul_rn(v, s.b2), __fmul_rn(__fmul_rn(s.one_minus_b2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+    p = __fadd_rn(pi, __fdiv_rn(__fmul_rn(s.neg_step_size, mi), denom));
+    m = mi;
+    v = vi;
+}
+
+__device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_t gi, float p) {
+    if (copy_dt == MC_BF16) ((__nv_bfloat16 *)param_copy)[gi] = __float2bfloat16_rn(p);
+    else if (copy_dt == MC_F16) ((__half *)param_copy)[gi] = __float2half_rn(p);
+    else if (copy_dt == MC_F32) ((float *)param_copy)[gi] = p;
+}
+
+/* vec: every buffer is 16-byte aligned, so a segment whose offset and grad_offset are
+ * multiples of 4 runs on float4 accesses (chunks start at multiples of ADAMW_CHUNK). */
+__global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
+                             float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
+                             const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
+                             bool vec) {
+    const int64_t chunk = ADAMW_CHUNK;
+    for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+        const seg_entry seg = segs[find_segment(segs, nseg, c)];
+        const int64_t local = (c - seg.chunk_begin) * chunk;
+        const int64_t i0 = seg.offset + local, g0 = seg.grad_offset + local;
+        const int64_t len = seg.count - local < chunk ? seg.count - local : chunk;
+        const float decay = seg.decay;
+        int64_t done = 0;
+        if (vec && ((seg.offset | seg.grad_offset) & 3) == 0) {
+            const int64_t n4 = len >> 2;
+#pragma unroll 4
+            for (int64_t q = threadIdx.x; q < n4; q += blockDim.x) {
+                const int64_t i = i0 + 4 * q, gi = g0 + 4 * q;
+                float4 p = *reinterpret_cast<const float4 *>(param + i);
+                float4 m = *reinterpret_cast<const float4 *>(exp_avg + i);
+                float4 v = *reinterpret_cast<const float4 *>(exp_avg_sq + i);
+                const float4 g = *reinterpret_cast<const float4 *>(grad + gi);
+                adamw_elem(p.x, m.x, v.x, g.x, decay, s);
+                adamw_elem(p.y, m.y, v.y, g.y, decay, s);
+                adamw_elem(p.z, m.z, v.z, g.z, decay, s);
+                adamw_elem(p.w, m.w, v.w, g.w, decay, s);
+                *reinterpret_cast<float4 *>(param + i) = p;
+                *reinterpret_cast<float4 *>(exp_avg + i) = m;
+                *reinterpret_cast<float4 *>(exp_avg_sq + i) = v;
+                if (copy_dt == MC_BF16) {
+                    uint2 u;
+                    u.x = mc_bf16pair(p.x, p.y), u.y = mc_bf16pair(p.z, p.w);
+                    *reinterpret_cast<uint2 *>((__nv_bfloat16 *)param_copy + gi) = u;
+                } else if (copy_dt == MC_F32) {
+                    *reinterpret_cast<float4 *>((float *)param_copy + gi) = p;
+                } else if (copy_dt == MC_F16) {
+                    store_copy(param_copy, copy_dt, gi, p.x), store_copy(param_copy, copy_dt, gi + 1, p.y);
+                    store_copy(param_copy, copy_dt, gi + 2, p.z), store_copy(param_copy, copy_dt, gi + 3, p.w);
+                }
+            }
+            done = n4 * 4;
+        }
+        for (int64_t j = done + threadIdx.x; j < len; j += blockDim.x) {
+            const int64_t i = i0 + j, gi = g0 + j;
+            float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+            adamw_elem(p, m, v, grad[gi], decay, s);
+            param[i] = p;
+            exp_avg[i] = m;
+            exp_avg_sq[i] = v;
+            store_copy(param_copy, copy_dt, gi, p);
+        }
+    }
+}
+
+/* Fills the staged table with the non-empty segments; returns their number and the total
+ * chunk count. */
+static int build_table(mc_cuda_state *st, const char *op, const mc_adamw_segment *segments, int nsegments, float lr,
+                       bool with_decay, int64_t chunk, int64_t *total_chunks) {
+    seg_entry *tab = (seg_entry *)mc_cuda_table_staging(st, (size_t)(nsegments > 0 ? nsegments : 1) * sizeof(seg_entry), op);
+    int n = 0;
+    int64_t chunks = 0;
+    for (int i = 0; i < nsegments; i++) {
+        const mc_adamw_segment *sg = &segments[i];
+        MC_ASSERT(sg->offset >= 0 && sg->count >= 0 && (!with_decay || sg->grad_offset >= 0),
+                  "cuda %s: segment %d has offset %lld, count %lld, grad_offset %lld", op, i, (long long)sg->offset,
+                  (long long)sg->count, (long long)sg->grad_offset);
+        if (sg->count == 0) continue;
+        seg_entry e;
+        memset(&e, 0, sizeof e);
+        e.offset = sg->offset;
+        e.count = sg->count;
+        e.chunk_begin = chunks;
+        e.grad_offset = sg->grad_offset;
+        e.decay = with_decay ? (float)(1.0 - (double)lr * (double)sg->weight_decay) : 1.0f;
+        tab[n++] = e;
+        chunks += (sg->count + chunk - 1) / chunk;
+    }
+    *total_chunks = chunks;
+    return n;
+}
+
+void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "adamw";
+    MC_ASSERT(d->param && d->grad && d->exp_avg && d->exp_avg_sq,
+              "cuda adamw: param, grad, exp_avg and exp_avg_sq are required");
+    MC_ASSERT(d->step >= 1, "cuda adamw: step %lld must be >= 1 (1-based)", (long long)d->step);
+    MC_ASSERT(d->nsegments >= 0 && (d->nsegments == 0 || d->segments), "cuda adamw: bad segment list");
+    bool copy = mc_tensor_present(&d->param_copy);
+    int copy_dt = -1;
+    if (copy) {
+        MC_ASSERT(d->param_copy.dtype == MC_BF16 || d->param_copy.dtype == MC_F16 || d->param_copy.dtype == MC_F32,
+                  "cuda adamw: param_copy dtype %s is not BF16/F16/F32", mc_dtype_name(d->param_copy.dtype));
+        copy_dt = (int)d->param_copy.dtype;
+        int64_t copy_numel = mc_tensor_numel(&d->param_copy);
+        for (int i = 0; i < d->nsegments; i++)
+            MC_ASSERT(d->segments[i].grad_offset + d->segments[i].count <= copy_numel,
+                      "cuda adamw: segment %d ends at %lld, past param_copy's %lld elements", i,
+                      (long long)(d->segments[i].grad_offset + d->segments[i].count), (long long)copy_numel);
+    }
+    if (d->nsegments == 0) return;
+    double bc1 = 1.0 - pow((double)d->beta1, (double)d->step);
+    double bc2 = 1.0 - pow((double)d->beta2, (double)d->step);
+    adamw_scalars s;
+    s.grad_scale = d->grad_scale;
+    s.one_minus_b1 = (float)(1.0 - (double)d->beta1);
+    s.b2 = d->beta2;
+    s.one_minus_b2 = (float)(1.0 - (double)d->beta2);
+    s.neg_step_size = (float)(-(double)d->lr / bc1);
+    s.bc2_sqrt = (float)sqrt(bc2);
+    s.eps = d->eps;
+    int64_t total_chunks = 0;
+    int nseg = build_table(st, op, d->segments, d->nsegments, d->lr, true, ADAMW_CHUNK, &total_chunks);
+    if (nseg == 0) return;
+    const seg_entry *segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
+    /* one block per chunk (the hardware overlaps the blocks' latencies); the kernel still
+     * loops, should the count ever exceed the grid limit */
+    const int64_t cap = (int64_t)1 << 30;
+    unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
+    bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
+               mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
+    adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
+                                                         copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
+                                                         total_chunks, s, vec);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* ---- reductions ---- */
+
+template <typename T, bool VEC>
+__global__ void sumsq_kernel(double *partials, const T *x, int64_t n) {
+    __shared__ double red[32];
+    double s = 0.0;
+    const int64_t groups = (n + 7) / 8;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        mc_load_group<T, VEC>(x, g * 8, n, v); /* zeros past n */
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += (double)v[k] * (double)v[k];
+    }
+    s = mc_block_sum_d(s, red);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+__global__ void sumsq_segments_kernel(double *partials, const float *__restrict__ buf, const seg_entry *segs, int nseg,
+                                      int64_t total_chunks, bool vec) {
+    __shared__ double red[32];
+    const int64_t chunk = SUMSQ_CHUNK;
+    double s = 0.0;
+    for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+        const seg_entry seg = segs[find_segment(segs, nseg, c)];
+        const int64_t local = (c - seg.chunk_begin) * chunk;
+        const int64_t i0 = seg.offset + local;
+        const int64_t len = seg.count - local < chunk ? seg.count - local : chunk;
+        int64_t done = 0;
+        if (vec && (seg.offset & 3) == 0) {
+            const int64_t n4 = len >> 2;
+#pragma unroll 4
+            for (int64_t q = threadIdx.x; q < n4; q += blockDim.x) {
+                const float4 v = *reinterpret_cast<const float4 *>(buf + i0 + 4 * q);
+                s += (double)v.x * (double)v.x + (double)v.y * (double)v.y + (double)v.z * (double)v.z +
+                     (double)v.w * (double)v.w;
+            }
+            done = n4 * 4;
+        }
+        for (int64_t j = done + threadIdx.x; j < len; j += blockDim.x) {
+            const double v = (double)buf[i0 + j];
+            s += v * v;
+        }
+    }
+    s = mc_block_sum_d(s, red);
+    if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+/* result[0] = sum of partials[0 .. nparts) in a fixed order */
+__global__ void finish_sum_kernel(double *result, const double *partials, int nparts) {
+    __shared__ double red[32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) s += partials[i];
+    s = mc_block_sum_d(s, red);
+    if (threadIdx.x == 0) result[0] = s;
+}
+
+template <typename T, bool VEC>
+__global__ void count_zeros_kernel(unsigned long long *result, const T *x, int64_t n) {
+    unsigned long long z = 0;
+    const int64_t groups = (n + 7) / 8;
+    for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
+        float v[8];
+        mc_load_group<T, VEC>(x, g * 8, n, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) z += (g * 8 + k < n && v[k] == 0.0f) ? 1ull : 0ull;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    if ((threadIdx.x & 31) == 0 && z) atomicAdd(result, z); /* integer: order-independent */
+}
+
+/* The reduction result: device -> pinned host, synchronously. */
+static void fetch_result(mc_cuda_state *st, const char *op, size_t bytes) {
+    MC_CUDA_CHECK(cudaMemcpyAsync(st->host_result, st->red_result, bytes, cudaMemcpyDeviceToHost, st->stream), op);
+    mc_cuda_sync_checked(st, op);
+}
+
+static unsigned red_grid(const mc_cuda_state *st, int64_t work_items) {
+    int64_t g = (work_items + RED_THREADS - 1) / RED_THREADS;
+    int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / RED_THREADS);
+    if (cap > MC_CUDA_RED_MAX_BLOCKS) cap = MC_CUDA_RED_MAX_BLOCKS;
+    if (g > cap) g = cap;
+    if (g < 1) g = 1;
+    return (unsigned)g;
+}
+
+double mc_cuda_sumsq(mc_backend *be, const mc_tensor *x) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "sumsq";
+    mc_cuda_check_float(op, "x", x);
+    int64_t n = mc_tensor_numel(x);
+    if (n == 0) return 0.0;
+    unsigned grid = red_grid(st, (n + 7) / 8);
+    bool vec = mc_cuda_aligned16(x->data);
+    if (x->dtype == MC_F32) {
+        if (vec) sumsq_kernel<float, true><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, (const float *)x->data, n);
+        else sumsq_kernel<float, false><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, (const float *)x->data, n);
+    } else {
+        const __nv_bfloat16 *p = (const __nv_bfloat16 *)x->data;
+        if (vec) sumsq_kernel<__nv_bfloat16, true><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n);
+        else sumsq_kernel<__nv_bfloat16, false><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n);
+    }
+    MC_CUDA_LAUNCHED(st, op);
+    finish_sum_kernel<<<1, RED_THREADS, 0, st->stream>>>((double *)st->red_result, st->red_partials, (int)grid);
+    MC_CUDA_LAUNCHED(st, op);
+    fetch_result(st, op, sizeof(double));
+    return *(const double *)st->host_result;
+}
+
+double mc_cuda_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_segment *segments, int nsegments) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "sumsq_segments";
+    MC_ASSERT(nsegments >= 0 && (nsegments == 0 || (segments && buf)), "cuda sumsq_segments: bad segment list");
+    if (nsegments == 0) return 0.0;
+    int64_t total_chunks = 0;
+    int nseg = build_table(st, op, segments, nsegments, 0.0f, false, SUMSQ_CHUNK, &total_chunks);
+    if (nseg == 0) return 0.0;
+    const seg_entry *segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
+    int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / RED_THREADS);
+    if (cap > MC_CUDA_RED_MAX_BLOCKS) cap = MC_CUDA_RED_MAX_BLOCKS;
+    unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
+    sumsq_segments_kernel<<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, buf, segs, nseg, total_chunks,
+                                                                mc_cuda_aligned16(buf));
+    MC_CUDA_LAUNCHED(st, op);
+    finish_sum_kernel<<<1, RED_THREADS, 0, st->stream>>>((double *)st->red_result, st->red_partials, (int)grid);
+    MC_CUDA_LAUNCHED(st, op);
+    fetch_result(st, op, sizeof(double));
+    return *(const double *)st->host_result;
+}
+
+int64_t mc_cuda_count_zeros(mc_backend *be, const mc_tensor *x) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "count_zeros";
+    mc_cuda_check_float(op, "x", x);
+    int64_t n = mc_tensor_numel(x);
+    if (n == 0) return 0;
+    MC_CUDA_CHECK(cudaMemsetAsync(st->red_result, 0, sizeof(unsigned long long), st->stream), op);
+    unsigned grid = red_grid(st, (n + 7) / 8);
+    bool vec = mc_cuda_aligned16(x->data);
+    unsigned long long *res = (unsigned long long *)st->red_result;
+    if (x->dtype == MC_F32) {
+        if (vec) count_zeros_kernel<float, true><<<grid, RED_THREADS, 0, st->stream>>>(res, (const float *)x->data, n);
+        else count_zeros_kernel<float, false><<<grid, RED_THREADS, 0, st->stream>>>(res, (const float *)x->data, n);
+    } else {
+        const __nv_bfloat16 *p = (const __nv_bfloat16 *)x->data;
+        if (vec) count_zeros_kernel<__nv_bfloat16, true><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n);
+        else count_zeros_kernel<__nv_bfloat16, false><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n);
+    }
+    MC_CUDA_LAUNCHED(st, op);
+    fetch_result(st, op, sizeof(unsigned long long));
+    return (int64_t)*(const unsigned long long *)st->host_result;
+}

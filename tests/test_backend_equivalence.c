@@ -1,0 +1,1119 @@
+/* test_backend_equivalence.c: every op of the CUDA backend against the CPU reference.
+ *
+ * Random inputs, fresh each run (the seed is printed; MC_TEST_SEED=<n> replays one), with
+ * no zeros. Each op runs on the CPU backend in F32 and on the CUDA backend in F32 and in
+ * BF16; for BF16 the inputs are first rounded to BF16 and the CPU's F32 reference is
+ * computed on the same rounded values. Outputs are compared by relative L2 error:
+ * F32 < 1e-5, BF16 < 1e-2 (the F32 statistics and weight gradients of a BF16 run too).
+ * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
+ * attention_bwd and adamw; init_normal against the CPU's values (within one float ulp);
+ * exact fill/convert; sumsq/sumsq_segments/count_zeros.
+ *
+ * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
+ * MC_CUDA_DEBUG_SYNC=1 makes the backend synchronize after every kernel, so a faulting
+ * kernel is named by its op; MC_TEST_ONLY=<substring> runs only the matching tests;
+ * MC_TEST_BENCH=1 also times the main kernels at training sizes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/philox.h"
+#include "check.h"
+#include "tensor/backend.h"
+#include "tensor/tensor.h"
+
+static mc_backend *cpu, *gpu;
+
+#define F32 MC_F32
+#define BF16 MC_BF16
+
+/* ---- scratch: each test's buffers are released after it runs ---- */
+
+enum { MAX_ALLOCS = 4096 };
+typedef struct {
+    mc_backend *be; /* NULL: host malloc */
+    void *p;
+} scratch_rec;
+static scratch_rec g_scratch[MAX_ALLOCS];
+static int g_nscratch;
+
+static void *track(mc_backend *be, void *p) {
+    if (g_nscratch == MAX_ALLOCS) {
+        fprintf(stderr, "test_backend_equivalence: too many scratch allocations\n");
+        abort();
+    }
+    g_scratch[g_nscratch].be = be;
+    g_scratch[g_nscratch].p = p;
+    g_nscratch++;
+    return p;
+}
+
+static void *halloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) abort();
+    return track(NULL, p);
+}
+
+static void *balloc(mc_backend *be, size_t bytes) { return track(be, be->alloc(be, bytes)); }
+
+static void release_all(void) {
+    if (gpu) gpu->sync(gpu);
+    while (g_nscratch) {
+        scratch_rec *r = &g_scratch[--g_nscratch];
+        if (r->be) r->be->free(r->be, r->p);
+        else free(r->p);
+    }
+}
+
+/* ---- random inputs ---- */
+
+static uint64_t g_rng;
+
+static uint64_t rng_next(void) { /* splitmix64 */
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+
+static int64_t rng_int(int64_t lo, int64_t hi) { /* [lo, hi) */
+    return lo + (int64_t)(rng_next() % (uint64_t)(hi - lo));
+}
+
+/* n values of magnitude in [0.1, 1] * scale, random sign: no zeros */
+static float *rnd(int64_t n, float scale) {
+    float *x = halloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        double m = 0.1 + 0.9 * rng_uniform();
+        x[i] = (float)((rng_next() & 1) ? m : -m) * scale;
+    }
+    return x;
+}
+
+static float bf16_round(float v) { return mc_bf16_to_f32(mc_f32_to_bf16(v)); }
+
+/* x rounded in place to what dtype dt can hold (BF16), so CPU and GPU see the same values */
+static float *as_dtype(float *x, int64_t n, mc_dtype dt) {
+    if (dt == BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    return x;
+}
+
+static float *fcopy(const float *x, int64_t n) {
+    float *y = halloc((size_t)n * sizeof(float));
+    memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
+/* ---- tensors on either backend, filled from F32 host values ---- */
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (e == 31) x = sign | 0x7f800000u | (m << 13);
+    else x = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* Uploads n F32 host values (NULL: zeros) as dtype dt into p on be. */
+static void upload(mc_backend *be, void *p, mc_dtype dt, const float *h, int64_t n) {
+    size_t bytes = (size_t)n * mc_dtype_size(dt);
+    if (!h) {
+        be->zero(be, p, bytes);
+        return;
+    }
+    if (dt == F32) {
+        be->copy_h2d(be, p, h, bytes);
+    } else if (dt == BF16) {
+        uint16_t *tmp = malloc(bytes ? bytes : 2);
+        for (int64_t i = 0; i < n; i++) tmp[i] = mc_f32_to_bf16(h[i]);
+        be->copy_h2d(be, p, tmp, bytes);
+        free(tmp);
+    } else {
+        fprintf(stderr, "upload: dtype %s\n", mc_dtype_name(dt));
+        abort();
+    }
+}
+
+static mc_tensor mk2(mc_backend *be, mc_dtype dt, const float *h, int64_t rows, int64_t cols) {
+    void *p = balloc(be, (size_t)(rows * cols) * mc_dtype_size(dt));
+    upload(be, p, dt, h, rows * cols);
+    return mc_tensor_2d(p, dt, rows, cols);
+}
+
+static mc_tensor mk1(mc_backend *be, mc_dtype dt, const float *h, int64_t n) {
+    void *p = balloc(be, (size_t)n * mc_dtype_size(dt));
+    upload(be, p, dt, h, n);
+    return mc_tensor_1d(p, dt, n);
+}
+
+static mc_tensor mk_i32(mc_backend *be, const int32_t *h, int64_t n) {
+    void *p = balloc(be, (size_t)n * 4);
+    be->copy_h2d(be, p, h, (size_t)n * 4);
+    return mc_tensor_1d(p, MC_I32, n);
+}
+
+/* The tensor's values as F32 on the host. */
+static float *dl(mc_backend *be, const mc_tensor *t) {
+    int64_t n = mc_tensor_numel(t);
+    float *out = halloc((size_t)n * sizeof(float));
+    size_t bytes = (size_t)n * mc_dtype_size(t->dtype);
+    if (t->dtype == F32) {
+        be->copy_d2h(be, out, t->data, bytes);
+    } else {
+        uint16_t *tmp = malloc(bytes ? bytes : 2);
+        be->copy_d2h(be, tmp, t->data, bytes);
+        for (int64_t i = 0; i < n; i++) out[i] = t->dtype == BF16 ? mc_bf16_to_f32(tmp[i]) : f16_to_f32(tmp[i]);
+        free(tmp);
+    }
+    return out;
+}
+
+static void *dl_raw(mc_backend *be, const void *p, size_t bytes) {
+    void *out = halloc(bytes);
+    be->copy_d2h(be, out, p, bytes);
+    return out;
+}
+
+/* ---- comparisons: one printed line per check ---- */
+
+static double tol_of(mc_dtype dt) { return dt == F32 ? 1e-5 : 1e-2; }
+
+static void cmp(const char *what, mc_dtype dt, const float *got, const float *ref, int64_t n) {
+    double err = check_rel_l2(got, ref, n);
+    double tol = tol_of(dt);
+    printf("  %-52s %-4s rel L2 %.3e (tol %.0e)%s\n", what, mc_dtype_name(dt), err, tol,
+           err < tol ? "" : "  <-- FAIL");
+    CHECK(err < tol && !isnan(err), "%s (%s): relative L2 error %.3e >= %.0e", what, mc_dtype_name(dt), err, tol);
+}
+
+static void same_bits(const char *what, const void *a, const void *b, size_t bytes) {
+    bool eq = memcmp(a, b, bytes) == 0;
+    printf("  %-52s      %s\n", what, eq ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(eq, "%s: two CUDA runs differ", what);
+}
+
+static const mc_dtype k_dtypes[2] = {F32, BF16};
+
+/* ======================================================================= memory */
+
+static void test_memory(void) {
+    int64_t n = 1000;
+    float *h = rnd(n, 1.0f);
+    size_t a0, m0, r0;
+    gpu->memory_stats(gpu, &a0, &m0, &r0);
+    float *d1 = balloc(gpu, n * 4), *d2 = balloc(gpu, n * 4);
+    size_t a1, m1, r1;
+    gpu->memory_stats(gpu, &a1, &m1, &r1);
+    printf("  memory_stats: allocated %zu -> %zu, max %zu, reserved %zu\n", a0, a1, m1, r1);
+    CHECK(a1 == a0 + 2 * (size_t)n * 4, "allocated grew by %zu, expected %zu", a1 - a0, 2 * (size_t)n * 4);
+    CHECK(m1 >= a1 && r1 >= a1);
+    gpu->copy_h2d(gpu, d1, h, n * 4);
+    gpu->copy_d2d(gpu, d2, d1, n * 4);
+    gpu->zero(gpu, d1, 40);
+    float *b1 = dl_raw(gpu, d1, n * 4), *b2 = dl_raw(gpu, d2, n * 4);
+    bool ok = memcmp(b2, h, n * 4) == 0 && memcmp(b1 + 10, h + 10, (n - 10) * 4) == 0;
+    for (int i = 0; i < 10; i++) ok = ok && b1[i] == 0.0f;
+    printf("  %-52s      %s\n", "copy_h2d / copy_d2d / zero / copy_d2h", ok ? "exact" : "WRONG  <-- FAIL");
+    CHECK(ok, "memory copies");
+    release_all();
+}
+
+/* ======================================================================= fill, convert, init */
+
+static void test_fill_convert(void) {
+    int64_t n = 1237;
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        mc_tensor t = mk1(gpu, dt, NULL, n);
+        gpu->fill(gpu, &t, 0.3);
+        float *got = dl(gpu, &t);
+        float want = dt == F32 ? 0.3f : bf16_round(0.3f);
+        bool ok = true;
+        for (int64_t i = 0; i < n; i++) ok = ok && got[i] == want;
+        printf("  %-52s %-4s %s\n", "fill 0.3", mc_dtype_name(dt), ok ? "exact" : "WRONG  <-- FAIL");
+        CHECK(ok, "fill %s", mc_dtype_name(dt));
+    }
+    /* convert: F32 -> BF16/F16 -> F32 against the CPU backend's conversion, bit for bit
+     * (inputs over a wide range incl. values needing round-to-even) */
+    float *h = rnd(n, 100.0f);
+    for (int64_t i = 0; i < n; i += 7) h[i] *= 1e-3f;
+    mc_dtype lows[2] = {BF16, MC_F16};
+    for (int k = 0; k < 2; k++) {
+        mc_dtype lo = lows[k];
+        size_t lb = (size_t)n * 2;
+        mc_tensor gsrc = mk1(gpu, F32, h, n), csrc = mk1(cpu, F32, h, n);
+        mc_tensor glo = mc_tensor_1d(balloc(gpu, lb), lo, n), clo = mc_tensor_1d(balloc(cpu, lb), lo, n);
+        gpu->convert(gpu, &glo, &gsrc);
+        cpu->convert(cpu, &clo, &csrc);
+        void *got = dl_raw(gpu, glo.data, lb);
+        bool ok = memcmp(got, clo.data, lb) == 0;
+        char what[96];
+        snprintf(what, sizeof what, "convert F32 -> %s (bits vs CPU)", mc_dtype_name(lo));
+        printf("  %-52s      %s\n", what, ok ? "exact" : "DIFFER  <-- FAIL");
+        CHECK(ok, "%s", what);
+        mc_tensor gback = mk1(gpu, F32, NULL, n), cback = mk1(cpu, F32, NULL, n);
+        gpu->convert(gpu, &gback, &glo);
+        cpu->convert(cpu, &cback, &clo);
+        float *gb = dl(gpu, &gback);
+        ok = memcmp(gb, cback.data, (size_t)n * 4) == 0;
+        snprintf(what, sizeof what, "convert %s -> F32 (bits vs CPU)", mc_dtype_name(lo));
+        printf("  %-52s      %s\n", what, ok ? "exact" : "DIFFER  <-- FAIL");
+        CHECK(ok, "%s", what);
+    }
+    /* unaligned views (odd element offsets) take the scalar path */
+    mc_tensor gsrc = mk1(gpu, F32, h, n);
+    mc_tensor glo = mk1(gpu, BF16, NULL, n);
+    mc_tensor s1 = mc_tensor_1d((float *)gsrc.data + 1, F32, n - 3), d1 = mc_tensor_1d((uint16_t *)glo.data + 3, BF16, n - 3);
+    gpu->convert(gpu, &d1, &s1);
+    uint16_t *got = dl_raw(gpu, glo.data, (size_t)n * 2);
+    bool ok = true;
+    for (int64_t i = 0; i < n - 3; i++) ok = ok && got[i + 3] == mc_f32_to_bf16(h[i + 1]);
+    printf("  %-52s      %s\n", "convert F32 -> BF16, unaligned views", ok ? "exact" : "DIFFER  <-- FAIL");
+    CHECK(ok, "unaligned convert");
+    release_all();
+}
+
+static void test_init_normal(void) {
+    int64_t rows = 37, cols = 131, stride = 500, col0 = 17;
+    int64_t *row_index = halloc(sizeof(int64_t) * rows);
+    for (int64_t r = 0; r < rows; r++) row_index[r] = 3 * r + 5; /* a shard's rows of a larger tensor */
+    uint64_t seed = rng_next(), stream = rng_next();
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        mc_tensor c = mk2(cpu, dt == F32 ? F32 : BF16, NULL, rows, cols);
+        mc_tensor g = mk2(gpu, dt, NULL, rows, cols);
+        cpu->init_normal(cpu, &c, seed, stream, 0.02, row_index, stride, col0);
+        gpu->init_normal(gpu, &g, seed, stream, 0.02, row_index, stride, col0);
+        float *gv = dl(gpu, &g), *cv = dl(cpu, &c);
+        int64_t exact = 0, one_ulp = 0, worse = 0;
+        for (int64_t i = 0; i < rows * cols; i++) {
+            if (gv[i] == cv[i]) exact++;
+            else if (dt == F32 && (gv[i] == nextafterf(cv[i], INFINITY) || gv[i] == nextafterf(cv[i], -INFINITY))) one_ulp++;
+            else if (dt == BF16 && abs((int)mc_f32_to_bf16(gv[i]) - (int)mc_f32_to_bf16(cv[i])) == 1) one_ulp++;
+            else worse++;
+        }
+        printf("  %-52s %-4s %lld exact, %lld within 1 ulp, %lld worse\n", "init_normal vs CPU (sharded rows)",
+               mc_dtype_name(dt), (long long)exact, (long long)one_ulp, (long long)worse);
+        CHECK(worse == 0, "init_normal %s: %lld values more than 1 ulp from the CPU's", mc_dtype_name(dt), (long long)worse);
+    }
+    /* 1-D */
+    int64_t n = 1001, zero = 0;
+    mc_tensor c = mk1(cpu, F32, NULL, n), g = mk1(gpu, F32, NULL, n);
+    cpu->init_normal(cpu, &c, seed, stream, 1.0, &zero, 0, 0);
+    gpu->init_normal(gpu, &g, seed, stream, 1.0, &zero, 0, 0);
+    cmp("init_normal 1-D", F32, dl(gpu, &g), c.data, n);
+    release_all();
+}
+
+/* ======================================================================= GEMM and linear */
+
+static void test_gemm(void) {
+    int64_t m = 37, n = 29, k = 45;
+    float alpha = 0.7f, beta = 0.3f;
+    for (int tr = 0; tr < 4; tr++) {
+        bool ta = tr & 1, tb = (tr >> 1) & 1;
+        for (int kk = 0; kk < 3; kk++) { /* F32; BF16 -> BF16; BF16 -> F32 */
+            mc_dtype dt = kk == 0 ? F32 : BF16, ct = kk == 2 ? F32 : dt;
+            float *a = as_dtype(rnd(m * k, 1.0f), m * k, dt), *b = as_dtype(rnd(k * n, 1.0f), k * n, dt);
+            float *c0 = as_dtype(rnd(m * n, 1.0f), m * n, ct);
+            mc_tensor ca = ta ? mk2(cpu, F32, a, k, m) : mk2(cpu, F32, a, m, k);
+            mc_tensor cb = tb ? mk2(cpu, F32, b, n, k) : mk2(cpu, F32, b, k, n);
+            mc_tensor cc = mk2(cpu, F32, c0, m, n);
+            mc_tensor ga = ta ? mk2(gpu, dt, a, k, m) : mk2(gpu, dt, a, m, k);
+            mc_tensor gb = tb ? mk2(gpu, dt, b, n, k) : mk2(gpu, dt, b, k, n);
+            mc_tensor gc = mk2(gpu, ct, c0, m, n);
+            cpu->gemm(cpu, &cc, &ca, ta, &cb, tb, alpha, beta);
+            gpu->gemm(gpu, &gc, &ga, ta, &gb, tb, alpha, beta);
+            char what[96];
+            snprintf(what, sizeof what, "gemm %s%s alpha/beta%s", ta ? "T" : "N", tb ? "T" : "N",
+                     kk == 2 ? " (BF16 in, F32 out)" : "");
+            cmp(what, dt, dl(gpu, &gc), cc.data, m * n);
+        }
+    }
+    release_all();
+}
+
+/* w and b at odd element offsets of a flat buffer, as model parameters are */
+static void test_linear(void) {
+    int64_t N = 33, in = 64, out = 48;
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        for (int variant = 0; variant < 3; variant++) { /* 0: no bias, 1: aligned bias, 2: unaligned w and b */
+            float *x = as_dtype(rnd(N * in, 1.0f), N * in, dt), *w = as_dtype(rnd(out * in, 0.2f), out * in, dt);
+            float *b = as_dtype(rnd(out, 1.0f), out, dt), *dy = as_dtype(rnd(N * out, 1.0f), N * out, dt);
+            float *dw0 = rnd(out * in, 1.0f), *db0 = rnd(out, 1.0f);
+            bool bias = variant > 0;
+            mc_tensor cx = mk2(cpu, F32, x, N, in), cw = mk2(cpu, F32, w, out, in), cb = mk1(cpu, F32, b, out);
+            mc_tensor cy = mk2(cpu, F32, NULL, N, out), cdy = mk2(cpu, F32, dy, N, out);
+            mc_tensor cdx = mk2(cpu, F32, NULL, N, in), cdw = mk2(cpu, F32, dw0, out, in), cdb = mk1(cpu, F32, db0, out);
+            mc_tensor none = mc_tensor_none();
+            cpu->linear_fwd(cpu, &cy, &cx, &cw, bias ? &cb : &none);
+            cpu->linear_bwd(cpu, &cdx, &cdw, bias ? &cdb : &none, &cdy, &cx, &cw);
+
+            mc_tensor gx = mk2(gpu, dt, x, N, in), gy = mk2(gpu, dt, NULL, N, out), gdy = mk2(gpu, dt, dy, N, out);
+            mc_tensor gw, gb;
+            if (variant == 2) { /* one flat parameter buffer: [1 pad][w][b] */
+                size_t es = mc_dtype_size(dt);
+                char *flat = balloc(gpu, (1 + out * in + out) * es);
+                upload(gpu, flat + es, dt, w, out * in);
+                upload(gpu, flat + (1 + out * in) * es, dt, b, out);
+                gw = mc_tensor_2d(flat + es, dt, out, in);
+                gb = mc_tensor_1d(flat + (1 + out * in) * es, dt, out);
+            } else {
+                gw = mk2(gpu, dt, w, out, in);
+                gb = mk1(gpu, dt, b, out);
+            }
+            mc_tensor gdx = mk2(gpu, dt, NULL, N, in), gdw = mk2(gpu, F32, dw0, out, in), gdb = mk1(gpu, F32, db0, out);
+            gpu->linear_fwd(gpu, &gy, &gx, &gw, bias ? &gb : &none);
+            gpu->linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw);
+            const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias, unaligned w/b";
+            char what[96];
+            snprintf(what, sizeof what, "linear_fwd y (%s)", vn);
+            cmp(what, dt, dl(gpu, &gy), cy.data, N * out);
+            snprintf(what, sizeof what, "linear_bwd dx (%s)", vn);
+            cmp(what, dt, dl(gpu, &gdx), cdx.data, N * in);
+            snprintf(what, sizeof what, "linear_bwd dw += (F32) (%s)", vn);
+            cmp(what, dt, dl(gpu, &gdw), cdw.data, out * in);
+            if (bias) {
+                snprintf(what, sizeof what, "linear_bwd db += (F32) (%s)", vn);
+                cmp(what, dt, dl(gpu, &gdb), cdb.data, out);
+            }
+        }
+    }
+    /* a bigger, tensor-core sized shape with many rows for db's chunked sum */
+    {
+        int64_t n2 = 1024, i2 = 256, o2 = 384;
+        mc_dtype dt = BF16;
+        float *x = as_dtype(rnd(n2 * i2, 1.0f), n2 * i2, dt), *w = as_dtype(rnd(o2 * i2, 0.1f), o2 * i2, dt);
+        float *dy = as_dtype(rnd(n2 * o2, 1.0f), n2 * o2, dt), *b = as_dtype(rnd(o2, 1.0f), o2, dt);
+        mc_tensor cx = mk2(cpu, F32, x, n2, i2), cw = mk2(cpu, F32, w, o2, i2), cb = mk1(cpu, F32, b, o2);
+        mc_tensor cy = mk2(cpu, F32, NULL, n2, o2), cdy = mk2(cpu, F32, dy, n2, o2);
+        mc_tensor cdw = mk2(cpu, F32, NULL, o2, i2), cdb = mk1(cpu, F32, NULL, o2), none = mc_tensor_none();
+        cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
+        cpu->linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw);
+        for (int k = 0; k < 2; k++) {
+            mc_dtype t = k_dtypes[k];
+            mc_tensor gx = mk2(gpu, t, x, n2, i2), gw = mk2(gpu, t, w, o2, i2), gb = mk1(gpu, t, b, o2);
+            mc_tensor gy = mk2(gpu, t, NULL, n2, o2), gdy = mk2(gpu, t, dy, n2, o2);
+            mc_tensor gdw = mk2(gpu, F32, NULL, o2, i2), gdb = mk1(gpu, F32, NULL, o2);
+            gpu->linear_fwd(gpu, &gy, &gx, &gw, &gb);
+            gpu->linear_bwd(gpu, &none, &gdw, &gdb, &gdy, &gx, &gw);
+            cmp("linear_fwd y (1024x256 -> 384, bias)", t, dl(gpu, &gy), cy.data, n2 * o2);
+            cmp("linear_bwd dw (1024 rows)", t, dl(gpu, &gdw), cdw.data, o2 * i2);
+            cmp("linear_bwd db (1024 rows)", t, dl(gpu, &gdb), cdb.data, o2);
+        }
+    }
+    release_all();
+}
+
+/* ======================================================================= embedding */
+
+static void test_embedding(void) {
+    int64_t hs[2] = {72, 67}; /* vector and scalar paths */
+    int64_t rows = 50, ntok = 300, vocab_start = 7;
+    for (int hi = 0; hi < 2; hi++) {
+        int64_t h = hs[hi];
+        int32_t *ids = halloc(sizeof(int32_t) * ntok);
+        for (int64_t t = 0; t < ntok; t++) ids[t] = (int32_t)rng_int(-3, vocab_start + rows + 12); /* some off-rank */
+        ids[0] = ids[5] = ids[17] = (int32_t)vocab_start + 3;                                 /* repeats */
+        for (int k = 0; k < 2; k++) {
+            mc_dtype dt = k_dtypes[k];
+            float *table = as_dtype(rnd(rows * h, 1.0f), rows * h, dt), *y0 = as_dtype(rnd(ntok * h, 1.0f), ntok * h, dt);
+            float *dy = as_dtype(rnd(ntok * h, 1.0f), ntok * h, dt), *dt0 = rnd(rows * h, 1.0f);
+            mc_tensor cids = mk_i32(cpu, ids, ntok), gids = mk_i32(gpu, ids, ntok);
+            mc_tensor ctab = mk2(cpu, F32, table, rows, h), gtab = mk2(gpu, dt, table, rows, h);
+            for (int acc = 0; acc < 2; acc++) {
+                mc_tensor cy = mk2(cpu, F32, y0, ntok, h), gy = mk2(gpu, dt, y0, ntok, h);
+                cpu->embedding_fwd(cpu, &cy, &cids, &ctab, vocab_start, acc);
+                gpu->embedding_fwd(gpu, &gy, &gids, &gtab, vocab_start, acc);
+                char what[96];
+                snprintf(what, sizeof what, "embedding_fwd h=%lld%s", (long long)h, acc ? " accumulate" : "");
+                cmp(what, dt, dl(gpu, &gy), cy.data, ntok * h);
+            }
+            mc_tensor cdy = mk2(cpu, F32, dy, ntok, h), gdy = mk2(gpu, dt, dy, ntok, h);
+            mc_tensor cdt = mk2(cpu, F32, dt0, rows, h), gdt = mk2(gpu, F32, dt0, rows, h), gdt2 = mk2(gpu, F32, dt0, rows, h);
+            cpu->embedding_bwd(cpu, &cdt, &cdy, &cids, vocab_start);
+            gpu->embedding_bwd(gpu, &gdt, &gdy, &gids, vocab_start);
+            gpu->embedding_bwd(gpu, &gdt2, &gdy, &gids, vocab_start);
+            char what[96];
+            snprintf(what, sizeof what, "embedding_bwd dtable += (F32) h=%lld", (long long)h);
+            float *r1 = dl(gpu, &gdt), *r2 = dl(gpu, &gdt2);
+            cmp(what, dt, r1, cdt.data, rows * h);
+            snprintf(what, sizeof what, "embedding_bwd determinism h=%lld %s", (long long)h, mc_dtype_name(dt));
+            same_bits(what, r1, r2, (size_t)(rows * h) * 4);
+        }
+    }
+    release_all();
+}
+
+/* ======================================================================= norms */
+
+static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_dtype dt) {
+    float eps = 1e-5f;
+    float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
+    float *b = as_dtype(rnd(h, 1.0f), h, dt), *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
+    for (int64_t i = 0; i < N * h; i += 3) x[i] += 0.5f; /* a nonzero mean */
+    as_dtype(x, N * h, dt);
+    float *dx0 = as_dtype(rnd(N * h, 1.0f), N * h, dt), *dw0 = rnd(h, 1.0f), *db0 = rnd(h, 1.0f);
+    mc_tensor none = mc_tensor_none();
+    mc_tensor cx = mk2(cpu, F32, x, N, h), cw = mk1(cpu, F32, w, h), cb = mk1(cpu, F32, b, h);
+    mc_tensor cy = mk2(cpu, F32, NULL, N, h), cm = mk1(cpu, F32, NULL, N), cr = mk1(cpu, F32, NULL, N);
+    mc_tensor cdy = mk2(cpu, F32, dy, N, h), cdx = mk2(cpu, F32, dx0, N, h);
+    mc_tensor cdw = mk1(cpu, F32, dw0, h), cdb = mk1(cpu, F32, db0, h);
+    mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
+    mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
+    mc_tensor gdy = mk2(gpu, dt, dy, N, h);
+    mc_tensor gdx[2], gdw[2], gdb[2];
+    for (int r = 0; r < 2; r++) {
+        gdx[r] = mk2(gpu, dt, dx0, N, h);
+        gdw[r] = mk1(gpu, F32, dw0, h);
+        gdb[r] = mk1(gpu, F32, db0, h);
+    }
+    char tag[64], what[128];
+    snprintf(tag, sizeof tag, "%s N=%lld h=%lld%s", layernorm ? "layernorm" : "rmsnorm", (long long)N, (long long)h,
+             layernorm && !with_bias ? " no bias" : "");
+    if (layernorm) {
+        cpu->layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
+        gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
+        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cdy, &cx, &cw, &cm, &cr);
+        for (int r = 0; r < 2; r++)
+            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, &gdy, &gx, &gw, &gm, &gr);
+    } else {
+        cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
+        gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
+        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &cdy, &cx, &cw, &cr);
+        for (int r = 0; r < 2; r++) gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], &gdy, &gx, &gw, &gr);
+    }
+    snprintf(what, sizeof what, "%s fwd y", tag);
+    cmp(what, dt, dl(gpu, &gy), cy.data, N * h);
+    if (layernorm) {
+        snprintf(what, sizeof what, "%s fwd mean (F32)", tag);
+        cmp(what, dt, dl(gpu, &gm), cm.data, N);
+    }
+    snprintf(what, sizeof what, "%s fwd rstd (F32)", tag);
+    cmp(what, dt, dl(gpu, &gr), cr.data, N);
+    float *dx1 = dl(gpu, &gdx[0]), *dx2 = dl(gpu, &gdx[1]), *dw1 = dl(gpu, &gdw[0]), *dw2 = dl(gpu, &gdw[1]);
+    snprintf(what, sizeof what, "%s bwd dx +=", tag);
+    cmp(what, dt, dx1, cdx.data, N * h);
+    snprintf(what, sizeof what, "%s bwd dw += (F32)", tag);
+    cmp(what, dt, dw1, cdw.data, h);
+    snprintf(what, sizeof what, "%s bwd determinism dx, dw (%s)", tag, mc_dtype_name(dt));
+    bool eq = memcmp(dx1, dx2, (size_t)(N * h) * 4) == 0 && memcmp(dw1, dw2, (size_t)h * 4) == 0;
+    if (layernorm && with_bias) {
+        float *db1 = dl(gpu, &gdb[0]), *db2 = dl(gpu, &gdb[1]);
+        snprintf(what, sizeof what, "%s bwd db += (F32)", tag);
+        cmp(what, dt, db1, cdb.data, h);
+        eq = eq && memcmp(db1, db2, (size_t)h * 4) == 0;
+        snprintf(what, sizeof what, "%s bwd determinism dx, dw, db (%s)", tag, mc_dtype_name(dt));
+    }
+    printf("  %-52s      %s\n", what, eq ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(eq, "%s: two CUDA runs differ", what);
+    release_all();
+}
+
+static void test_norms(void) {
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        norm_case(67, 256, true, true, dt);   /* vector path */
+        norm_case(67, 100, true, false, dt);  /* scalar path, no bias */
+        norm_case(67, 256, false, false, dt); /* rmsnorm */
+        norm_case(45, 97, false, false, dt);
+        norm_case(16, 8192, true, true, dt);   /* partials in shared memory, big rows */
+        norm_case(5, 30000, false, false, dt); /* partials in global memory (8 h > shared limit) */
+    }
+}
+
+/* dx aliasing dy, as the model's residual-stream backward may do */
+static void test_norm_alias(void) {
+    int64_t N = 31, h = 128;
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
+        float *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
+        mc_tensor cx = mk2(cpu, F32, x, N, h), cw = mk1(cpu, F32, w, h), cy = mk2(cpu, F32, NULL, N, h);
+        mc_tensor cr = mk1(cpu, F32, NULL, N), cd = mk2(cpu, F32, dy, N, h), cdw = mk1(cpu, F32, NULL, h);
+        mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gy = mk2(gpu, dt, NULL, N, h);
+        mc_tensor gr = mk1(gpu, F32, NULL, N), gd = mk2(gpu, dt, dy, N, h), gdw = mk1(gpu, F32, NULL, h);
+        cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
+        gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
+        cpu->rmsnorm_bwd(cpu, &cd, &cdw, &cd, &cx, &cw, &cr);
+        gpu->rmsnorm_bwd(gpu, &gd, &gdw, &gd, &gx, &gw, &gr);
+        cmp("rmsnorm_bwd dx aliasing dy", dt, dl(gpu, &gd), cd.data, N * h);
+        cmp("rmsnorm_bwd dw (dx aliasing dy)", dt, dl(gpu, &gdw), cdw.data, h);
+    }
+    release_all();
+}
+
+/* ======================================================================= rope */
+
+static void test_rope(void) {
+    int64_t S = 5, B = 3, P = 16;
+    int heads = 4, groups = 2, d = 32;
+    int rots[2] = {16, 12}; /* half = 8: vector path; half = 6: scalar path */
+    for (int ri = 0; ri < 2; ri++) {
+        int rot = rots[ri], half = rot / 2;
+        float *cosv = halloc(sizeof(float) * P * half), *sinv = halloc(sizeof(float) * P * half);
+        for (int64_t i = 0; i < P * half; i++) {
+            double ang = 6.283185307179586 * rng_uniform();
+            cosv[i] = (float)cos(ang);
+            sinv[i] = (float)sin(ang);
+        }
+        int32_t *pos = halloc(sizeof(int32_t) * S * B);
+        for (int64_t t = 0; t < S * B; t++) pos[t] = (int32_t)rng_int(0, P);
+        int64_t nqkv = S * B * (heads + 2 * groups) * d;
+        for (int k = 0; k < 2; k++) {
+            mc_dtype dt = k_dtypes[k];
+            for (int with_pos = 0; with_pos < 2; with_pos++) {
+                for (int inv = 0; inv < 2; inv++) {
+                    float *q = as_dtype(rnd(nqkv, 1.0f), nqkv, dt);
+                    mc_rope_desc cd = {.seq = S, .batch = B, .heads = heads, .groups = groups, .head_dim = d,
+                                       .rot_dim = rot, .cos = mk2(cpu, F32, cosv, P, half),
+                                       .sin = mk2(cpu, F32, sinv, P, half),
+                                       .pos = with_pos ? mk_i32(cpu, pos, S * B) : mc_tensor_none()};
+                    mc_rope_desc gd = cd;
+                    gd.cos = mk2(gpu, F32, cosv, P, half);
+                    gd.sin = mk2(gpu, F32, sinv, P, half);
+                    gd.pos = with_pos ? mk_i32(gpu, pos, S * B) : mc_tensor_none();
+                    mc_tensor cq = mk1(cpu, F32, q, nqkv), gq = mk1(gpu, dt, q, nqkv);
+                    cpu->rope(cpu, &cq, &cd, inv);
+                    gpu->rope(gpu, &gq, &gd, inv);
+                    char what[96];
+                    snprintf(what, sizeof what, "rope rot_dim=%d%s%s (GQA 4/2)", rot, with_pos ? " pos ids" : "",
+                             inv ? " inverse" : "");
+                    cmp(what, dt, dl(gpu, &gq), cq.data, nqkv);
+                }
+            }
+        }
+        release_all();
+    }
+}
+
+/* ======================================================================= activations */
+
+static void test_activations(void) {
+    int64_t n = 1003;
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        for (int th = 0; th < 2; th++) {
+            float *x = as_dtype(rnd(n, 3.0f), n, dt), *dy = as_dtype(rnd(n, 1.0f), n, dt);
+            mc_tensor cx = mk1(cpu, F32, x, n), cy = mk1(cpu, F32, NULL, n), cdy = mk1(cpu, F32, dy, n);
+            mc_tensor cdx = mk1(cpu, F32, NULL, n);
+            mc_tensor gx = mk1(gpu, dt, x, n), gy = mk1(gpu, dt, NULL, n), gdy = mk1(gpu, dt, dy, n);
+            mc_tensor gdx = mk1(gpu, dt, NULL, n), gdy2 = mk1(gpu, dt, dy, n);
+            cpu->gelu_fwd(cpu, &cy, &cx, th);
+            gpu->gelu_fwd(gpu, &gy, &gx, th);
+            cpu->gelu_bwd(cpu, &cdx, &cdy, &cx, th);
+            gpu->gelu_bwd(gpu, &gdx, &gdy, &gx, th);
+            gpu->gelu_bwd(gpu, &gdy2, &gdy2, &gx, th); /* dx aliasing dy */
+            cmp(th ? "gelu_fwd tanh" : "gelu_fwd erf", dt, dl(gpu, &gy), cy.data, n);
+            cmp(th ? "gelu_bwd tanh" : "gelu_bwd erf", dt, dl(gpu, &gdx), cdx.data, n);
+            cmp(th ? "gelu_bwd tanh, dx aliasing dy" : "gelu_bwd erf, dx aliasing dy", dt, dl(gpu, &gdy2), cdx.data, n);
+        }
+        int64_t N = 13, fs[2] = {40, 37};
+        for (int fi = 0; fi < 2; fi++) {
+            int64_t f = fs[fi];
+            float *x = as_dtype(rnd(N * 2 * f, 2.0f), N * 2 * f, dt), *dy = as_dtype(rnd(N * f, 1.0f), N * f, dt);
+            mc_tensor cx = mk2(cpu, F32, x, N, 2 * f), cy = mk2(cpu, F32, NULL, N, f), cdy = mk2(cpu, F32, dy, N, f);
+            mc_tensor cdx = mk2(cpu, F32, NULL, N, 2 * f);
+            mc_tensor gx = mk2(gpu, dt, x, N, 2 * f), gy = mk2(gpu, dt, NULL, N, f), gdy = mk2(gpu, dt, dy, N, f);
+            mc_tensor gdx = mk2(gpu, dt, NULL, N, 2 * f);
+            cpu->swiglu_fwd(cpu, &cy, &cx);
+            gpu->swiglu_fwd(gpu, &gy, &gx);
+            cpu->swiglu_bwd(cpu, &cdx, &cdy, &cx);
+            gpu->swiglu_bwd(gpu, &gdx, &gdy, &gx);
+            char what[96];
+            snprintf(what, sizeof what, "swiglu_fwd f=%lld", (long long)f);
+            cmp(what, dt, dl(gpu, &gy), cy.data, N * f);
+            snprintf(what, sizeof what, "swiglu_bwd f=%lld", (long long)f);
+            cmp(what, dt, dl(gpu, &gdx), cdx.data, N * 2 * f);
+        }
+    }
+    release_all();
+}
+
+/* ======================================================================= dropout, add, scale */
+
+static void test_dropout(void) {
+    int64_t n = 4099;
+    uint64_t seed = rng_next(), stream = rng_next() >> 20;
+    float ps[2] = {0.1f, 0.0f};
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        for (int pi = 0; pi < 2; pi++) {
+            float p = ps[pi];
+            float *x = as_dtype(rnd(n, 1.0f), n, dt), *r = as_dtype(rnd(n, 1.0f), n, dt);
+            mc_tensor cx = mk1(cpu, F32, x, n), cy = mk1(cpu, F32, NULL, n), cr = mk1(cpu, F32, r, n);
+            mc_tensor cdx = mk1(cpu, F32, NULL, n), cya = mk1(cpu, F32, NULL, n);
+            mc_tensor gx = mk1(gpu, dt, x, n), gy = mk1(gpu, dt, NULL, n), gr = mk1(gpu, dt, r, n);
+            mc_tensor gdx = mk1(gpu, dt, NULL, n), gya = mk1(gpu, dt, NULL, n), gres = mk1(gpu, dt, r, n);
+            cpu->dropout_fwd(cpu, &cy, &cx, p, seed, stream);
+            gpu->dropout_fwd(gpu, &gy, &gx, p, seed, stream);
+            cpu->dropout_bwd(cpu, &cdx, &cx, p, seed, stream + 1);
+            gpu->dropout_bwd(gpu, &gdx, &gx, p, seed, stream + 1);
+            cpu->dropout_add_fwd(cpu, &cya, &cr, &cx, p, seed, stream + 2);
+            gpu->dropout_add_fwd(gpu, &gya, &gr, &gx, p, seed, stream + 2);
+            gpu->dropout_add_fwd(gpu, &gres, &gres, &gx, p, seed, stream + 2); /* y aliasing residual */
+            char what[96];
+            snprintf(what, sizeof what, "dropout_fwd p=%g", (double)p);
+            cmp(what, dt, dl(gpu, &gy), cy.data, n);
+            snprintf(what, sizeof what, "dropout_bwd p=%g", (double)p);
+            cmp(what, dt, dl(gpu, &gdx), cdx.data, n);
+            snprintf(what, sizeof what, "dropout_add_fwd p=%g", (double)p);
+            cmp(what, dt, dl(gpu, &gya), cya.data, n);
+            snprintf(what, sizeof what, "dropout_add_fwd p=%g, y aliasing residual", (double)p);
+            cmp(what, dt, dl(gpu, &gres), cya.data, n);
+            if (p > 0 && dt == F32) { /* the masks agree exactly */
+                float *g = dl(gpu, &gy);
+                int64_t mism = 0;
+                for (int64_t i = 0; i < n; i++) mism += (g[i] == 0.0f) != (((float *)cy.data)[i] == 0.0f);
+                printf("  %-52s      %lld mask mismatches\n", "dropout mask vs CPU", (long long)mism);
+                CHECK(mism == 0, "dropout masks differ in %lld places", (long long)mism);
+            }
+        }
+        /* unaligned (odd offset) views: the scalar path */
+        {
+            float *x = as_dtype(rnd(n, 1.0f), n, dt);
+            mc_tensor cx = mk1(cpu, F32, x, n), cy = mk1(cpu, F32, NULL, n);
+            mc_tensor gx = mk1(gpu, dt, x, n), gy = mk1(gpu, dt, NULL, n);
+            size_t es = mc_dtype_size(dt);
+            mc_tensor cxv = mc_tensor_1d((char *)cx.data + 4, F32, n - 1), cyv = mc_tensor_1d((char *)cy.data + 4, F32, n - 1);
+            mc_tensor gxv = mc_tensor_1d((char *)gx.data + es, dt, n - 1), gyv = mc_tensor_1d((char *)gy.data + es, dt, n - 1);
+            cpu->dropout_fwd(cpu, &cxv, &cxv, 0.2f, seed, stream + 5); /* in place */
+            gpu->dropout_fwd(gpu, &gxv, &gxv, 0.2f, seed, stream + 5);
+            cpu->dropout_fwd(cpu, &cyv, &cxv, 0.3f, seed, stream + 6);
+            gpu->dropout_fwd(gpu, &gyv, &gxv, 0.3f, seed, stream + 6);
+            cmp("dropout_fwd unaligned views, in place", dt, dl(gpu, &gx), cx.data, n);
+            cmp("dropout_fwd unaligned views", dt, dl(gpu, &gy), cy.data, n);
+        }
+        /* add_inplace and scale_inplace */
+        {
+            float *a = as_dtype(rnd(n, 1.0f), n, dt), *b = as_dtype(rnd(n, 1.0f), n, dt);
+            mc_tensor ca = mk1(cpu, F32, a, n), cb = mk1(cpu, F32, b, n), ga = mk1(gpu, dt, a, n), gb = mk1(gpu, dt, b, n);
+            cpu->add_inplace(cpu, &ca, &cb);
+            gpu->add_inplace(gpu, &ga, &gb);
+            cmp("add_inplace", dt, dl(gpu, &ga), ca.data, n);
+            cpu->scale_inplace(cpu, &ca, 0.37f);
+            gpu->scale_inplace(gpu, &ga, 0.37f);
+            cmp("scale_inplace", dt, dl(gpu, &ga), ca.data, n);
+        }
+    }
+    release_all();
+}
+
+/* ======================================================================= cross-entropy */
+
+static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bool alias) {
+    float *logits = as_dtype(rnd(N * V, 4.0f), N * V, dt);
+    int32_t *tg = halloc(sizeof(int32_t) * N);
+    float *mask = halloc(sizeof(float) * N);
+    for (int64_t i = 0; i < N; i++) {
+        tg[i] = (int32_t)rng_int(0, vocab_start + V + V / 2); /* some targets off this rank */
+        mask[i] = (i % 5 == 3) ? 0.0f : 1.0f;
+    }
+    tg[0] = (int32_t)vocab_start;          /* first local id */
+    tg[N - 1] = (int32_t)(vocab_start + V - 1); /* last local id */
+    float gs = 0.37f;
+    mc_tensor cl = mk2(cpu, F32, logits, N, V), crm = mk1(cpu, F32, NULL, N), cst = mk2(cpu, F32, NULL, 2, N);
+    mc_tensor closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
+    mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
+    mc_tensor gl = mk2(gpu, dt, logits, N, V), grm = mk1(gpu, F32, NULL, N), gst = mk2(gpu, F32, NULL, 2, N);
+    mc_tensor gloss = mk1(gpu, F32, NULL, N), gdl = alias ? gl : mk2(gpu, dt, NULL, N, V);
+    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N);
+    cpu->xent_rowmax(cpu, &crm, &cl);
+    gpu->xent_rowmax(gpu, &grm, &gl);
+    cpu->xent_stats(cpu, &cst, &cl, &crm, &ctg, vocab_start);
+    gpu->xent_stats(gpu, &gst, &gl, &grm, &gtg, vocab_start);
+    char tag[64], what[128];
+    snprintf(tag, sizeof tag, "xent N=%lld V=%lld start=%lld", (long long)N, (long long)V, (long long)vocab_start);
+    snprintf(what, sizeof what, "%s rowmax", tag);
+    cmp(what, dt, dl(gpu, &grm), crm.data, N);
+    snprintf(what, sizeof what, "%s stats", tag);
+    cmp(what, dt, dl(gpu, &gst), cst.data, 2 * N);
+    /* loss only (no dlogits), then loss and gradient */
+    mc_tensor none = mc_tensor_none(), gloss2 = mk1(gpu, F32, NULL, N);
+    gpu->xent_loss_grad(gpu, &gloss2, &none, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
+    cpu->xent_loss_grad(cpu, &closs, &cdl, &cl, &crm, &cst, &ctg, &cmask, vocab_start, gs);
+    gpu->xent_loss_grad(gpu, &gloss, &gdl, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
+    snprintf(what, sizeof what, "%s loss (no dlogits)", tag);
+    cmp(what, dt, dl(gpu, &gloss2), closs.data, N);
+    snprintf(what, sizeof what, "%s loss", tag);
+    cmp(what, dt, dl(gpu, &gloss), closs.data, N);
+    snprintf(what, sizeof what, "%s dlogits%s", tag, alias ? " (aliasing logits)" : "");
+    cmp(what, dt, dl(gpu, &gdl), cdl.data, N * V);
+    release_all();
+}
+
+static void test_xent(void) {
+    for (int k = 0; k < 2; k++) {
+        mc_dtype dt = k_dtypes[k];
+        xent_case(37, 4096, 500, dt, false); /* vector path */
+        xent_case(37, 1003, 77, dt, false);  /* scalar path */
+        xent_case(21, 4096, 0, dt, true);    /* dlogits aliasing logits */
+        xent_case(4, 128256, 128256, dt, false); /* Llama-3 vocab, second TP rank */
+    }
+}
+
+/* ======================================================================= attention */
+
+typedef struct {
+    int64_t S, B;
+    int heads, groups, d;
+    float dropout;
+    bool seg;
+} attn_cfg;
+
+static void attention_case(const attn_cfg *a, mc_dtype dt) {
+    int64_t S = a->S, B = a->B;
+    int64_t nqkv = S * B * (a->heads + 2 * a->groups) * a->d, nout = S * B * a->heads * a->d;
+    int64_t nlse = B * a->heads * S;
+    float *qkv = as_dtype(rnd(nqkv, 1.0f), nqkv, dt), *dout = as_dtype(rnd(nout, 1.0f), nout, dt);
+    int32_t *seg = halloc(sizeof(int32_t) * B * S);
+    for (int64_t b = 0; b < B; b++) { /* documents of random lengths in each sequence */
+        int64_t start = 0;
+        for (int64_t s = 0; s < S; s++) {
+            if (s > 0 && rng_uniform() < 0.1) start = s;
+            seg[b * S + s] = (int32_t)start;
+        }
+    }
+    mc_attn_desc cd = {.seq = S, .batch = B, .heads = a->heads, .groups = a->groups, .head_dim = a->d,
+                       .softmax_scale = (float)(1.0 / sqrt((double)a->d)), .dropout = a->dropout,
+                       .seed = rng_next(), .stream = rng_next() >> 16,
+                       .seg_start = a->seg ? mk_i32(cpu, seg, B * S) : mc_tensor_none()};
+    mc_attn_desc gd = cd;
+    gd.seg_start = a->seg ? mk_i32(gpu, seg, B * S) : mc_tensor_none();
+    mc_tensor cq = mk1(cpu, F32, qkv, nqkv), co = mk1(cpu, F32, NULL, nout), cl = mk1(cpu, F32, NULL, nlse);
+    mc_tensor cdo = mk1(cpu, F32, dout, nout), cdq = mk1(cpu, F32, NULL, nqkv);
+    mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gl = mk1(gpu, F32, NULL, nlse);
+    mc_tensor gdo = mk1(gpu, dt, dout, nout), gdq = mk1(gpu, dt, NULL, nqkv), gdq2 = mk1(gpu, dt, NULL, nqkv);
+    cpu->attention_fwd(cpu, &co, &cl, &cq, &cd);
+    cpu->attention_bwd(cpu, &cdq, &cdo, &cq, &co, &cl, &cd);
+    gpu->attention_fwd(gpu, &go, &gl, &gq, &gd);
+    /* backward from the GPU's own forward output (as in training), twice */
+    gpu->attention_bwd(gpu, &gdq, &gdo, &gq, &go, &gl, &gd);
+    gpu->attention_bwd(gpu, &gdq2, &gdo, &gq, &go, &gl, &gd);
+    char tag[96], what[160];
+    snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s", (long long)S, (long long)B, a->heads,
+             a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "");
+    snprintf(what, sizeof what, "%s out", tag);
+    cmp(what, dt, dl(gpu, &go), co.data, nout);
+    snprintf(what, sizeof what, "%s lse (F32)", tag);
+    cmp(what, dt, dl(gpu, &gl), cl.data, nlse);
+    float *d1 = dl(gpu, &gdq), *d2 = dl(gpu, &gdq2);
+    snprintf(what, sizeof what, "%s dqkv", tag);
+    cmp(what, dt, d1, cdq.data, nqkv);
+    snprintf(what, sizeof what, "%s bwd determinism (%s)", tag, mc_dtype_name(dt));
+    same_bits(what, d1, d2, (size_t)nqkv * 4);
+    release_all();
+}
+
+static void test_attention(void) {
+    attn_cfg cfgs[] = {
+        {67, 2, 4, 2, 64, 0.0f, false},  /* GQA, ragged sequence */
+        {67, 2, 4, 2, 64, 0.1f, true},   /* GQA, documents, dropout */
+        {128, 1, 2, 2, 128, 0.0f, true}, /* MHA, head_dim 128 */
+        {33, 3, 6, 1, 32, 0.0f, false},  /* MQA, small head_dim */
+    };
+    for (int k = 0; k < 2; k++)
+        for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) attention_case(&cfgs[c], k_dtypes[k]);
+}
+
+/* ======================================================================= optimizer */
+
+/* A sharded optimizer state, as with the distributed optimizer: segments sit at `offset`
+ * in the state buffers (param, exp_avg, exp_avg_sq: ns elements) and at `grad_offset` in
+ * the model's grad and param_copy (n elements). */
+static void test_adamw(void) {
+    int64_t n = 12000, ns = 10000;
+    mc_adamw_segment segs[] = {
+        {.offset = 0, .count = 100, .grad_offset = 2000, .weight_decay = 0.1f},
+        {.offset = 100, .count = 4900, .grad_offset = 2100, .weight_decay = 0.0f},
+        {.offset = 5000, .count = 3, .grad_offset = 7000, .weight_decay = 0.1f},
+        {.offset = 5003, .count = 0, .grad_offset = 7003, .weight_decay = 0.1f},
+        {.offset = 6000, .count = 4000, .grad_offset = 8000, .weight_decay = 0.05f}, /* state [5003, 6000) untouched */
+    };
+    int nseg = (int)(sizeof segs / sizeof segs[0]);
+    int64_t *state_of = halloc(sizeof(int64_t) * n); /* model index -> state index, -1: not covered */
+    for (int64_t i = 0; i < n; i++) state_of[i] = -1;
+    for (int s = 0; s < nseg; s++)
+        for (int64_t j = 0; j < segs[s].count; j++) state_of[segs[s].grad_offset + j] = segs[s].offset + j;
+    float *p0 = rnd(ns, 1.0f), *m0 = rnd(ns, 0.01f), *v0 = rnd(ns, 0.001f);
+    for (int64_t i = 0; i < ns; i++) v0[i] = fabsf(v0[i]);
+    float *cp = fcopy(p0, ns), *cm = fcopy(m0, ns), *cv = fcopy(v0, ns);
+    float *gp[2], *gm[2], *gv[2];
+    mc_tensor gcopy[2];
+    for (int r = 0; r < 2; r++) {
+        gp[r] = balloc(gpu, ns * 4), gm[r] = balloc(gpu, ns * 4), gv[r] = balloc(gpu, ns * 4);
+        upload(gpu, gp[r], F32, p0, ns);
+        upload(gpu, gm[r], F32, m0, ns);
+        upload(gpu, gv[r], F32, v0, ns);
+        gcopy[r] = mk1(gpu, BF16, NULL, n);
+    }
+    float *gg = balloc(gpu, n * 4);
+    for (int step = 1; step <= 3; step++) {
+        float *grad = rnd(n, 1.0f);
+        mc_adamw_desc d = {.param = cp, .grad = grad, .exp_avg = cm, .exp_avg_sq = cv, .param_copy = mc_tensor_none(),
+                           .segments = segs, .nsegments = nseg, .lr = 1e-3f * (float)step, .beta1 = 0.9f,
+                           .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = step};
+        cpu->adamw(cpu, &d);
+        upload(gpu, gg, F32, grad, n);
+        for (int r = 0; r < 2; r++) {
+            mc_adamw_desc g = d;
+            g.param = gp[r], g.grad = gg, g.exp_avg = gm[r], g.exp_avg_sq = gv[r], g.param_copy = gcopy[r];
+            gpu->adamw(gpu, &g);
+        }
+    }
+    float *rp = dl_raw(gpu, gp[0], ns * 4), *rm = dl_raw(gpu, gm[0], ns * 4), *rv = dl_raw(gpu, gv[0], ns * 4);
+    cmp("adamw param (3 steps, 5 sharded segments)", F32, rp, cp, ns);
+    cmp("adamw exp_avg", F32, rm, cm, ns);
+    cmp("adamw exp_avg_sq", F32, rv, cv, ns);
+    int64_t pdiff = 0, cdiff = 0;
+    for (int64_t i = 0; i < ns; i++) pdiff += memcmp(&rp[i], &cp[i], 4) != 0;
+    uint16_t *rc = dl_raw(gpu, gcopy[0].data, n * 2);
+    for (int64_t i = 0; i < n; i++) cdiff += rc[i] != (state_of[i] >= 0 ? mc_f32_to_bf16(cp[state_of[i]]) : 0);
+    printf("  %-52s      %lld of %lld differ bitwise from the CPU\n", "adamw param bits", (long long)pdiff, (long long)ns);
+    printf("  %-52s      %lld of %lld wrong (BF16 at grad_offset; rest untouched)\n", "adamw param_copy",
+           (long long)cdiff, (long long)n);
+    CHECK(cdiff == 0, "adamw param_copy: %lld wrong", (long long)cdiff);
+    float *rp2 = dl_raw(gpu, gp[1], ns * 4), *rm2 = dl_raw(gpu, gm[1], ns * 4), *rv2 = dl_raw(gpu, gv[1], ns * 4);
+    bool eq = memcmp(rp, rp2, ns * 4) == 0 && memcmp(rm, rm2, ns * 4) == 0 && memcmp(rv, rv2, ns * 4) == 0 &&
+              memcmp(rc, dl_raw(gpu, gcopy[1].data, n * 2), n * 2) == 0;
+    printf("  %-52s      %s\n", "adamw determinism (param, m, v, param_copy)", eq ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(eq, "adamw: two CUDA runs differ");
+    release_all();
+}
+
+static void test_reductions(void) {
+    int64_t n = 1000003;
+    float *x = rnd(n, 2.0f);
+    for (int64_t i = 0; i < n; i += 1013) x[i] = 0.0f; /* zeros to count */
+    mc_tensor cx = mk1(cpu, F32, x, n), gx = mk1(gpu, F32, x, n);
+    double cs = cpu->sumsq(cpu, &cx), gs = gpu->sumsq(gpu, &gx), gs2 = gpu->sumsq(gpu, &gx);
+    double rel = fabs(cs - gs) / cs;
+    printf("  %-52s      %.17g vs %.17g (rel %.2e)\n", "sumsq 1000003 F32", gs, cs, rel);
+    CHECK(rel < 1e-12, "sumsq: relative error %.3e", rel);
+    CHECK(memcmp(&gs, &gs2, sizeof gs) == 0, "sumsq: two runs differ");
+    /* an unaligned view */
+    mc_tensor cv = mc_tensor_1d((float *)cx.data + 3, F32, n - 10), gv = mc_tensor_1d((float *)gx.data + 3, F32, n - 10);
+    cs = cpu->sumsq(cpu, &cv), gs = gpu->sumsq(gpu, &gv);
+    rel = fabs(cs - gs) / cs;
+    printf("  %-52s      rel %.2e\n", "sumsq unaligned view", rel);
+    CHECK(rel < 1e-12, "sumsq unaligned: relative error %.3e", rel);
+
+    mc_adamw_segment segs[] = {{.offset = 0, .count = 1000, .grad_offset = 0},
+                               {.offset = 1000, .count = 0, .grad_offset = 1000},
+                               {.offset = 2001, .count = 7, .grad_offset = 2001},
+                               {.offset = 5000, .count = 900000, .grad_offset = 5000},
+                               {.offset = 999990, .count = 13, .grad_offset = 999990}};
+    int nseg = (int)(sizeof segs / sizeof segs[0]);
+    cs = cpu->sumsq_segments(cpu, cx.data, segs, nseg);
+    gs = gpu->sumsq_segments(gpu, gx.data, segs, nseg);
+    gs2 = gpu->sumsq_segments(gpu, gx.data, segs, nseg);
+    rel = fabs(cs - gs) / cs;
+    printf("  %-52s      %.17g vs %.17g (rel %.2e)\n", "sumsq_segments (5 ranges)", gs, cs, rel);
+    CHECK(rel < 1e-12, "sumsq_segments: relative error %.3e", rel);
+    CHECK(memcmp(&gs, &gs2, sizeof gs) == 0, "sumsq_segments: two runs differ");
+
+    int64_t cz = cpu->count_zeros(cpu, &cx), gz = gpu->count_zeros(gpu, &gx);
+    printf("  %-52s      %lld vs %lld\n", "count_zeros", (long long)gz, (long long)cz);
+    CHECK(cz == gz, "count_zeros: %lld vs %lld", (long long)gz, (long long)cz);
+    /* BF16 sumsq of rounded values */
+    float *xr = as_dtype(fcopy(x, n), n, BF16);
+    mc_tensor cxr = mk1(cpu, F32, xr, n), gxr = mk1(gpu, BF16, xr, n);
+    cs = cpu->sumsq(cpu, &cxr), gs = gpu->sumsq(gpu, &gxr);
+    rel = fabs(cs - gs) / cs;
+    printf("  %-52s      rel %.2e\n", "sumsq BF16", rel);
+    CHECK(rel < 1e-12, "sumsq BF16: relative error %.3e", rel);
+    release_all();
+}
+
+/* ======================================================================= benchmark (opt-in) */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Times `stmt` (average of `it` runs after 2 warm-ups) and prints the bandwidth for `bytes`
+ * moved per run, or the FLOP rate when flops > 0. */
+#define BENCH(name, bytes, flops, stmt)                                                                 \
+    do {                                                                                                \
+        const int it = 10;                                                                              \
+        for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                        \
+        gpu->sync(gpu);                                                                                 \
+        double t0_ = now_s();                                                                           \
+        for (int i_ = 0; i_ < it; i_++) { stmt; }                                                       \
+        gpu->sync(gpu);                                                                                 \
+        double dt_ = (now_s() - t0_) / it;                                                              \
+        if ((flops) > 0)                                                                                \
+            printf("  bench %-48s %9.1f us  %7.1f TFLOP/s\n", name, dt_ * 1e6, (double)(flops) / dt_ * 1e-12); \
+        else                                                                                            \
+            printf("  bench %-48s %9.1f us  %7.1f GB/s\n", name, dt_ * 1e6, (double)(bytes) / dt_ * 1e-9);   \
+    } while (0)
+
+/* Training-sized shapes (Llama-3-8B-like per GPU: N = 8192 tokens, h = 4096, ffn 14336,
+ * 32 heads / 8 groups of 128, vocab 128256), BF16 activations. */
+static void bench_all(void) {
+    const int64_t N = 8192, h = 4096, ffn = 14336, V = 128256, hc = 130;
+    const size_t e = 2;
+    mc_tensor x = mk2(gpu, BF16, NULL, N, h), y = mk2(gpu, BF16, NULL, N, h), dx = mk2(gpu, BF16, NULL, N, h);
+    mc_tensor w = mk1(gpu, BF16, NULL, h), rstd = mk1(gpu, F32, NULL, N), mean = mk1(gpu, F32, NULL, N);
+    mc_tensor dw = mk1(gpu, F32, NULL, h), db = mk1(gpu, F32, NULL, h), b = mk1(gpu, BF16, NULL, h);
+    gpu->fill(gpu, &x, 0.5);
+    gpu->fill(gpu, &y, 0.25);
+    gpu->fill(gpu, &w, 1.0);
+    BENCH("rmsnorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->rmsnorm_fwd(gpu, &y, &rstd, &x, &w, 1e-5f));
+    BENCH("rmsnorm_bwd [8192, 4096] (dx +=, dw +=)", 4 * N * h * e, 0, gpu->rmsnorm_bwd(gpu, &dx, &dw, &y, &x, &w, &rstd));
+    BENCH("layernorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->layernorm_fwd(gpu, &y, &mean, &rstd, &x, &w, &b, 1e-5f));
+    BENCH("layernorm_bwd [8192, 4096]", 4 * N * h * e, 0,
+          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &y, &x, &w, &mean, &rstd));
+    BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, gpu->dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
+    BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
+    release_all();
+
+    mc_tensor f1 = mk2(gpu, BF16, NULL, N, 2 * ffn), act = mk2(gpu, BF16, NULL, N, ffn), df1 = mk2(gpu, BF16, NULL, N, 2 * ffn);
+    gpu->fill(gpu, &f1, 0.3);
+    gpu->fill(gpu, &act, 0.2);
+    BENCH("swiglu_fwd [8192, 2x14336]", 3 * N * ffn * e, 0, gpu->swiglu_fwd(gpu, &act, &f1));
+    BENCH("swiglu_bwd [8192, 2x14336]", 5 * N * ffn * e, 0, gpu->swiglu_bwd(gpu, &df1, &act, &f1));
+    mc_tensor g1 = mk2(gpu, BF16, NULL, N, ffn);
+    BENCH("gelu_fwd erf [8192, 14336]", 2 * N * ffn * e, 0, gpu->gelu_fwd(gpu, &g1, &act, false));
+    BENCH("gelu_bwd erf [8192, 14336]", 3 * N * ffn * e, 0, gpu->gelu_bwd(gpu, &g1, &g1, &act, false));
+    release_all();
+
+    {
+        int heads = 32, groups = 8, d = 128;
+        int64_t nq = N * (heads + 2 * groups) * d, P = 8192;
+        mc_tensor qkv = mk1(gpu, BF16, NULL, nq), c = mk2(gpu, F32, NULL, P, d / 2), sn = mk2(gpu, F32, NULL, P, d / 2);
+        mc_rope_desc rd = {.seq = 4096, .batch = 2, .heads = heads, .groups = groups, .head_dim = d, .rot_dim = d,
+                           .cos = c, .sin = sn, .pos = mc_tensor_none()};
+        BENCH("rope q+k [8192 tok, 32/8 heads, d 128]", 2 * N * (heads + groups) * d * e, 0, gpu->rope(gpu, &qkv, &rd, false));
+        release_all();
+    }
+    for (int rows = 0; rows < 2; rows++) {
+        int64_t n = rows ? 1024 : hc;
+        mc_tensor lg = mk2(gpu, BF16, NULL, n, V), rm = mk1(gpu, F32, NULL, n), st = mk2(gpu, F32, NULL, 2, n);
+        mc_tensor loss = mk1(gpu, F32, NULL, n), tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
+        gpu->fill(gpu, &lg, 0.1);
+        gpu->fill(gpu, &mask, 1.0);
+        char nm[96];
+        snprintf(nm, sizeof nm, "xent_rowmax [%lld, 128256]", (long long)n);
+        BENCH(nm, n * V * e, 0, gpu->xent_rowmax(gpu, &rm, &lg));
+        snprintf(nm, sizeof nm, "xent_stats [%lld, 128256]", (long long)n);
+        BENCH(nm, n * V * e, 0, gpu->xent_stats(gpu, &st, &lg, &rm, &tg, 0));
+        snprintf(nm, sizeof nm, "xent_loss_grad [%lld, 128256] in place", (long long)n);
+        BENCH(nm, 2 * n * V * e, 0, gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
+        release_all();
+    }
+    {
+        mc_tensor tab = mk2(gpu, BF16, NULL, V, h), out = mk2(gpu, BF16, NULL, N, h), dt = mk2(gpu, F32, NULL, V, h);
+        int32_t *ids = halloc(sizeof(int32_t) * N);
+        for (int64_t t = 0; t < N; t++) ids[t] = (int32_t)rng_int(0, V);
+        mc_tensor gid = mk_i32(gpu, ids, N);
+        BENCH("embedding_fwd [8192, 4096] of 128256 rows", 2 * N * h * e, 0,
+              gpu->embedding_fwd(gpu, &out, &gid, &tab, 0, false));
+        BENCH("embedding_bwd [8192, 4096] into F32", N * h * (e + 8), 0, gpu->embedding_bwd(gpu, &dt, &out, &gid, 0));
+        release_all();
+    }
+    {
+        int64_t np = (int64_t)1 << 28; /* 268M parameters */
+        float *pp = balloc(gpu, np * 4), *gg = balloc(gpu, np * 4), *mm = balloc(gpu, np * 4), *vv = balloc(gpu, np * 4);
+        mc_tensor pc = mk1(gpu, BF16, NULL, np);
+        gpu->zero(gpu, pp, np * 4), gpu->zero(gpu, gg, np * 4), gpu->zero(gpu, mm, np * 4), gpu->zero(gpu, vv, np * 4);
+        enum { NS = 291 };
+        mc_adamw_segment segs[NS];
+        int64_t off = 0;
+        for (int s = 0; s < NS; s++) {
+            int64_t c = s == NS - 1 ? np - off : (s % 3 == 0 ? 4096 : np / NS);
+            segs[s] = (mc_adamw_segment){.offset = off, .count = c, .grad_offset = off, .weight_decay = 0.1f};
+            off += c;
+        }
+        mc_adamw_desc d = {.param = pp, .grad = gg, .exp_avg = mm, .exp_avg_sq = vv, .param_copy = pc, .segments = segs,
+                           .nsegments = NS, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f,
+                           .step = 1};
+        BENCH("adamw 268M params, 291 segments, bf16 copy", np * (16 + 12 + 2), 0, gpu->adamw(gpu, &d));
+        BENCH("sumsq_segments 268M", np * 4, 0, (void)gpu->sumsq_segments(gpu, gg, segs, NS));
+        mc_tensor gt = mc_tensor_1d(gg, F32, np);
+        BENCH("sumsq 268M", np * 4, 0, (void)gpu->sumsq(gpu, &gt));
+        BENCH("count_zeros 268M", np * 4, 0, (void)gpu->count_zeros(gpu, &gt));
+        release_all();
+    }
+    {
+        mc_tensor xx = mk2(gpu, BF16, NULL, N, h), ww = mk2(gpu, BF16, NULL, ffn, h), yy = mk2(gpu, BF16, NULL, N, ffn);
+        mc_tensor bb = mk1(gpu, BF16, NULL, ffn), dww = mk2(gpu, F32, NULL, ffn, h), dbb = mk1(gpu, F32, NULL, ffn);
+        mc_tensor dxx = mk2(gpu, BF16, NULL, N, h), none = mc_tensor_none();
+        double fl = 2.0 * (double)N * (double)h * (double)ffn;
+        BENCH("linear_fwd bf16 8192x4096 -> 14336", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &none));
+        BENCH("linear_fwd bf16 8192x4096 -> 14336 + bias", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &bb));
+        BENCH("linear_bwd dx bf16", 0, fl, gpu->linear_bwd(gpu, &dxx, &none, &none, &yy, &xx, &ww));
+        BENCH("linear_bwd dW += into F32", 0, fl, gpu->linear_bwd(gpu, &none, &dww, &none, &yy, &xx, &ww));
+        BENCH("linear_bwd db += (colsum [8192, 14336])", N * ffn * e, 0, gpu->linear_bwd(gpu, &none, &none, &dbb, &yy, &xx, &ww));
+        release_all();
+        mc_tensor fx = mk2(gpu, F32, NULL, 4096, 4096), fw = mk2(gpu, F32, NULL, 4096, 4096), fy = mk2(gpu, F32, NULL, 4096, 4096);
+        BENCH("linear_fwd f32 4096^3 (no TF32)", 0, 2.0 * 4096.0 * 4096.0 * 4096.0, gpu->linear_fwd(gpu, &fy, &fx, &fw, &none));
+        release_all();
+    }
+}
+
+static bool selected(const char *name) {
+    const char *only = getenv("MC_TEST_ONLY");
+    return !only || !only[0] || strstr(name, only) != NULL;
+}
+
+#define RUN_SELECTED(fn) \
+    do {                 \
+        if (selected(#fn)) RUN(fn); \
+    } while (0)
+
+int main(void) {
+    if (!mc_backend_cuda_available()) check_skip("no CUDA device visible, or a build without the CUDA backend");
+    mc_err err;
+    gpu = mc_backend_cuda_create(0, &err);
+    if (!gpu) {
+        printf("FAIL: a CUDA device is visible but the backend cannot be created: %s\n", err.msg);
+        return 1;
+    }
+    cpu = mc_backend_cpu_create();
+    const char *seed_env = getenv("MC_TEST_SEED");
+    uint64_t seed = seed_env ? strtoull(seed_env, NULL, 0)
+                             : ((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)getpid() << 16);
+    g_rng = seed;
+    printf("test_backend_equivalence: seed %llu (MC_TEST_SEED=%llu replays this run)\n", (unsigned long long)seed,
+           (unsigned long long)seed);
+    RUN_SELECTED(test_memory);
+    RUN_SELECTED(test_fill_convert);
+    RUN_SELECTED(test_init_normal);
+    RUN_SELECTED(test_gemm);
+    RUN_SELECTED(test_linear);
+    RUN_SELECTED(test_embedding);
+    RUN_SELECTED(test_norms);
+    RUN_SELECTED(test_norm_alias);
+    RUN_SELECTED(test_rope);
+    RUN_SELECTED(test_activations);
+    RUN_SELECTED(test_dropout);
+    RUN_SELECTED(test_xent);
+    RUN_SELECTED(test_attention);
+    RUN_SELECTED(test_adamw);
+    RUN_SELECTED(test_reductions);
+    const char *bench = getenv("MC_TEST_BENCH");
+    if (bench && bench[0] && strcmp(bench, "0") != 0) {
+        printf("benchmark (MC_TEST_BENCH=1):\n");
+        bench_all();
+    }
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+    return check_summary();
+}
