@@ -17,7 +17,11 @@ for b in "${BINS[@]}"; do
     strip -o ".carry/gpu/bin/$b" "$BUILD/$b"
 done
 # Non-system libraries the binaries need (not glibc, not CUDA's).
-ldd .carry/gpu/bin/megatron-c | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libcuda|libcudart|libcublas|libnccl|libstdc\+\+|libgcc_s' |
+ldd .carry/gpu/bin/megatron-c | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libcuda\.so|libcudart|libcublas|libstdc\+\+|libgcc_s' |
     while read -r lib; do cp -L "$lib" .carry/gpu/lib/; done
 cp -r ../shared/bench .carry/gpu/shared/
+mkdir -p .carry/gpu/shared/data/corpus .carry/gpu/shared/data/gpt2 .carry/gpu/shared/data/llama3
+cp ../shared/data/corpus/austen.jsonl .carry/gpu/shared/data/corpus/
+cp ../shared/data/gpt2/* .carry/gpu/shared/data/gpt2/
+cp ../shared/data/llama3/tokenizer.json .carry/gpu/shared/data/llama3/
 du -sh .carry/gpu

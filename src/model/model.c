@@ -95,8 +95,10 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->dbig = alloc2(a, at, N, big);
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
-    /* LM head chunk: at most 2^24 logits at a time (64 MB in fp32). */
-    int64_t chunk = ((int64_t)1 << 24) / m->vocab_local;
+    /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
+     * work), 2^29 on a GPU (1 GB in bf16: few, large GEMMs; PyTorch holds all N x V). */
+    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 29 : (int64_t)1 << 24;
+    int64_t chunk = limit / m->vocab_local;
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
