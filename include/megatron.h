@@ -152,6 +152,8 @@ typedef struct mc_log_config {
     /* After training, print a greedy continuation of this prompt (Megatron-C extension). */
     char *sample_prompt;
     int sample_tokens;
+    /* After training, write the parameters here (safetensors; Megatron-C extension). */
+    char *export_params;
 } mc_log_config;
 
 typedef struct mc_precision_config {
@@ -180,6 +182,8 @@ int mc_config_validate(mc_config *cfg, int world_size, mc_err *err);
  * that read data without building a model (megatron-c inspect-data). */
 int mc_config_validate_data(mc_config *cfg, mc_err *err);
 void mc_config_free(mc_config *cfg);
+/* A 64-bit digest of the whole configuration (to check that every rank runs the same job). */
+uint64_t mc_config_hash(const mc_config *cfg);
 /* Vocabulary size padded as Megatron: a multiple of make_vocab_size_divisible_by * TP. */
 int mc_config_padded_vocab(const mc_config *cfg);
 
@@ -209,6 +213,9 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss, m
 int mc_trainer_run(mc_trainer *t, mc_err *err);
 /* Greedy continuation of `prompt` (token ids) by `n` tokens into out (length n). */
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
+/* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
+ * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
+int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);
 int64_t mc_trainer_num_params(const mc_trainer *t);
 void mc_trainer_free(mc_trainer *t);
 

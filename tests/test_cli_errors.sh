@@ -60,7 +60,7 @@ expect seed_range "--seed: -1 is out of range" -- train "${BASE[@]}" --seed -1
 expect unknown_command "unknown command 'trian'" -- trian "${BASE[@]}"
 expect positional "unexpected argument 'extra'" -- train "${BASE[@]}" extra
 expect log_dir_is_file "--log-dir $TMP/empty.txt" -- train "${BASE[@]}" --log-dir "$TMP/empty.txt"
-expect sample_prompt_ids "--sample-prompt: token id 999 is outside the vocabulary" -- train "${BASE[@]}" --sample-prompt "1 999"
+expect sample_prompt_ids "--sample-prompt: NullTokenizer: token \"999\" is out of range [0, 128)" -- train "${BASE[@]}" --sample-prompt "1 999"
 expect warmup_too_long "the LR warmup (16 samples) must be shorter than the decay (4 samples" -- train "${BASE[@]}" --lr-warmup-iters 8
 expect dataloader_cyclic "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet" -- train "${BASE[@]}" --dataloader-type cyclic
 

@@ -129,10 +129,10 @@ static void expect_error(int world, int tp, int pp, int cp, int ep, const char *
 }
 
 static void test_divisibility_errors(void) {
-    expect_error(8, 3, 1, 1, 1, "world size 8 is not divisible by tensor (3) x pipeline (1) x context (1) parallel sizes = 3");
+    expect_error(8, 3, 1, 1, 1, "world size 8 is not divisible by --tensor-model-parallel-size 3 x --pipeline-model-parallel-size 1 x --context-parallel-size 1 = 3");
     expect_error(16, 2, 4, 3, 1, "= 24");
     expect_error(6, 2, 2, 1, 1, "not divisible");
-    expect_error(8, 2, 1, 1, 3, "world size 8 is not divisible by expert-tensor (2) x expert (3) x pipeline (1)");
+    expect_error(8, 2, 1, 1, 3, "world size 8 is not divisible by the expert-tensor size 2 x --expert-model-parallel-size 3 x --pipeline-model-parallel-size 1");
     expect_error(4, 0, 1, 1, 1, "parallel sizes must be >= 1");
     expect_error(4, 1, -1, 1, 1, "pipeline -1");
     mc_err err;

@@ -114,7 +114,7 @@ export MC_COMM_TIMEOUT_SECONDS=30
 fail_case "config differs on rank 3: every rank names it" 4 mismatch 4 \
     "megatron-c: error: the validated configuration differs across ranks: rank 0 has 0x000000000000600d, rank 3 has 0x0000000000000bad" 20
 fail_case "world 4 with TP 3: every rank gives the divisibility rule" 4 layout 4 \
-    "megatron-c: error: world size 4 is not divisible by tensor (3) x pipeline (1) x context (1) parallel sizes = 3" 20
+    "megatron-c: error: world size 4 is not divisible by --tensor-model-parallel-size 3 x --pipeline-model-parallel-size 1 x --context-parallel-size 1 = 3" 20
 # Open MPI ends the others with SIGTERM, then SIGKILL odls_base_sigkill_timeout (1 s) later;
 # on a loaded 2-core box a rank can miss that second to print its note, so give it 3.
 fail_case "rank 2 dies inside an all_reduce: the others end at once, naming it" 4 die 3 \

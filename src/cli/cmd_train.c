@@ -1,4 +1,5 @@
-/* cmd_train.c: `megatron-c train [Megatron flags]`. */
+/* cmd_train.c: `megatron-c train [Megatron flags]`, under mpirun/srun/torchrun as well as
+ * alone. Errors in the flags end every rank with one line and exit code 2. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,52 +7,59 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
-#include "data/byte_tokenizer.h"
+#include "comm/comm.h"
+#include "data/tokenizer.h"
 #include "megatron.h"
 #include "train/flags.h"
 
-/* Parses the prompt for --sample-prompt: text for the byte tokenizer, space-separated ids
- * for NullTokenizer. Returns the number of ids. */
-static int encode_prompt(const mc_config *cfg, const char *text, int32_t *ids, int cap) {
-    if (cfg->data.tokenizer_type == MC_TOKENIZER_BYTE) {
-        int64_t n = (int64_t)strlen(text);
-        if (n > cap) n = cap;
-        return (int)mc_byte_tokenizer_encode(text, n, ids);
-    }
-    int n = 0;
-    char *end;
-    for (const char *p = text; *p && n < cap;) {
-        long v = strtol(p, &end, 10);
-        if (end == p) mc_die_usage("--sample-prompt: with NullTokenizer the prompt is space-separated token ids, got '%s'", text);
-        if (v < 0 || v >= cfg->model.vocab_size)
-            mc_die_usage("--sample-prompt: token id %ld is outside the vocabulary [0, %d)", v, cfg->model.vocab_size);
-        ids[n++] = (int32_t)v;
-        p = end;
-        while (*p == ' ') p++;
-    }
-    return n;
+/* The tokenizer of the training data, for --sample-prompt (encode) and the sample (decode). */
+static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
+    mc_tokenizer_options opt = {
+        .type = cfg->data.tokenizer_type,
+        .vocab_file = cfg->data.vocab_file,
+        .merge_file = cfg->data.merge_file,
+        .tokenizer_model = cfg->data.tokenizer_model,
+        .vocab_size = cfg->model.vocab_size,
+        .hf_include_special_tokens = !cfg->data.tokenizer_hf_no_include_special_tokens,
+    };
+    mc_tokenizer *tok;
+    mc_err err;
+    if (mc_tokenizer_open(&tok, &opt, &err) != MC_OK) mc_die_usage("--sample-prompt: %s", err.msg);
+    return tok;
 }
 
-static void print_sample(mc_trainer *t, const mc_config *cfg, const int32_t *prompt, int n) {
-    int32_t *out = malloc(sizeof(int32_t) * (size_t)cfg->log.sample_tokens);
+/* The prompt's ids, checked before training so a bad prompt costs no training time. */
+static mc_ids encode_prompt(const mc_config *cfg, const mc_tokenizer *tok) {
+    mc_ids ids = {0};
     mc_err err;
-    if (mc_trainer_generate(t, prompt, n, cfg->log.sample_tokens, out, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    mc_log_info("-------------------------------------------------------------------------------");
-    mc_log_info("greedy sample (%d tokens):", cfg->log.sample_tokens);
-    if (cfg->data.tokenizer_type == MC_TOKENIZER_BYTE) {
-        int64_t len = mc_byte_tokenizer_decode(out, cfg->log.sample_tokens, NULL, 0);
-        char *text = malloc((size_t)len + 1);
-        mc_byte_tokenizer_decode(out, cfg->log.sample_tokens, text, len + 1);
-        mc_log_info("%s%s", cfg->log.sample_prompt, text);
-        free(text);
-    } else {
-        char line[65536];
-        int at = 0;
-        for (int i = 0; i < cfg->log.sample_tokens && at < (int)sizeof line - 16; i++)
-            at += snprintf(line + at, sizeof line - (size_t)at, "%s%d", i ? " " : "", out[i]);
-        mc_log_info("%s -> %s", cfg->log.sample_prompt, line);
+    mc_tokenizer_scratch *s = mc_tokenizer_scratch_new(tok);
+    const char *text = cfg->log.sample_prompt;
+    if (mc_tokenizer_encode(tok, s, text, strlen(text), &ids, &err) != MC_OK) mc_die_usage("--sample-prompt: %s", err.msg);
+    mc_tokenizer_scratch_free(s);
+    if (ids.len == 0) mc_die_usage("--sample-prompt: '%s' encodes to no tokens", text);
+    for (int64_t i = 0; i < ids.len; i++)
+        if (ids.data[i] < 0 || ids.data[i] >= cfg->model.vocab_size)
+            mc_die_usage("--sample-prompt: token id %d is outside the vocabulary [0, %d)", ids.data[i],
+                         cfg->model.vocab_size);
+    return ids;
+}
+
+static void print_sample(mc_trainer *t, const mc_config *cfg, const mc_tokenizer *tok, const mc_ids *prompt) {
+    int n = cfg->log.sample_tokens;
+    int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)n);
+    mc_err err;
+    if (mc_trainer_generate(t, prompt->data, (int)prompt->len, n, out, &err) != MC_OK) {
+        fprintf(stderr, "megatron-c: error: %s\n", err.msg);
+        free(out);
+        return;
     }
-    mc_log_info("-------------------------------------------------------------------------------");
+    size_t len;
+    char *text = mc_tokenizer_decode(tok, out, n, &len);
+    mc_log_last("-------------------------------------------------------------------------------");
+    mc_log_last("greedy sample (%d tokens):", n);
+    mc_log_last("%s%s", cfg->log.sample_prompt, text);
+    mc_log_last("-------------------------------------------------------------------------------");
+    free(text);
     free(out);
 }
 
@@ -66,24 +74,32 @@ int mc_cmd_train(int argc, char **argv) {
     mc_config_init(&cfg);
     mc_err err;
     if (mc_config_parse_args(&cfg, argc, argv, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    if (mc_config_validate(&cfg, 1, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    /* The sample prompt is checked before training, not after. */
-    int prompt_cap = 1 << 16, prompt_len = 0;
-    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_cap);
-    if (cfg.log.sample_prompt) prompt_len = encode_prompt(&cfg, cfg.log.sample_prompt, prompt, prompt_cap);
+    /* The data part of the configuration does not depend on the world size: check it and
+     * the sample prompt now, before any rank starts. The trainer validates the rest. */
+    mc_config probe = cfg;
+    if (mc_config_validate_data(&probe, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    mc_tokenizer *tok = NULL;
+    mc_ids prompt = {0};
+    if (cfg.log.sample_prompt) {
+        tok = open_tokenizer(&probe);
+        prompt = encode_prompt(&probe, tok);
+    }
     mc_trainer *t = mc_trainer_create(&cfg, &err);
-    if (!t) mc_die_usage("%s", err.msg);
+    if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
+    int rc = 0;
     if (mc_trainer_run(t, &err) != MC_OK) {
         fprintf(stderr, "megatron-c: error: %s\n", err.msg);
-        mc_trainer_free(t);
-        mc_config_free(&cfg);
-        free(prompt);
-        return 1;
+        rc = 1;
+    } else {
+        if (cfg.log.export_params && mc_trainer_export_params(t, cfg.log.export_params, &err) != MC_OK) {
+            fprintf(stderr, "megatron-c: error: %s\n", err.msg);
+            rc = 1;
+        }
+        if (tok) print_sample(t, &probe, tok, &prompt);
     }
-    if (cfg.log.sample_prompt) print_sample(t, &cfg, prompt, prompt_len);
-    free(prompt);
     mc_trainer_free(t);
+    if (tok) mc_tokenizer_free(tok);
+    mc_ids_free(&prompt);
     mc_config_free(&cfg);
-    return 0;
+    return rc;
 }
-

@@ -64,14 +64,14 @@ int mc_layout_check(int world_size, int tp, int pp, int cp, int ep, mc_err *err)
     long long dense = (long long)tp * pp * cp;
     if (world_size % dense != 0)
         return mc_err_set(err,
-                          "world size %d is not divisible by tensor (%d) x pipeline (%d) x context (%d) parallel "
-                          "sizes = %lld",
+                          "world size %d is not divisible by --tensor-model-parallel-size %d x "
+                          "--pipeline-model-parallel-size %d x --context-parallel-size %d = %lld",
                           world_size, tp, pp, cp, dense);
     long long expert = (long long)tp * ep * pp; /* expert grid: ETP (= TP here) x EP x PP */
     if (ep > 1 && world_size % expert != 0)
         return mc_err_set(err,
-                          "world size %d is not divisible by expert-tensor (%d) x expert (%d) x pipeline (%d) "
-                          "parallel sizes = %lld",
+                          "world size %d is not divisible by the expert-tensor size %d x "
+                          "--expert-model-parallel-size %d x --pipeline-model-parallel-size %d = %lld",
                           world_size, tp, ep, pp, expert);
     return MC_OK;
 }

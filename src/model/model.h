@@ -180,6 +180,9 @@ mc_tensor mc_model_grad(const mc_model *m, int idx);
 /* Global (row, col) of a local element of parameter p on this rank (for init, checkpoints). */
 void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row, int64_t col, int64_t *grow,
                               int64_t *gcol);
+/* The same for the shard of TP rank tp_rank. */
+void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_rank, int64_t row, int64_t col,
+                                 int64_t *grow, int64_t *gcol);
 
 /* Forward (and, when `backward`, backward) of one micro-batch. Returns on the host the sum
  * of masked token losses and the number of masked tokens. Gradients accumulate into the

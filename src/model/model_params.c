@@ -145,15 +145,15 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
 
 /* Global row of local row r of a QKV shard. Per-group layout: group j owns rows
  * [j*(hpg+2)*d, (j+1)*(hpg+2)*d) = its hpg query heads, its key head, its value head. */
-static int64_t qkv_global_row(const mc_model *m, int64_t r) {
+static int64_t qkv_global_row(const mc_model *m, int tp_rank, int64_t r) {
     const mc_model_config *c = &m->cfg;
     int64_t d = c->kv_channels, n = c->num_attention_heads, g = c->num_query_groups;
     int64_t hpg = n / g;
     if (g >= m->tp) /* whole groups per rank: a contiguous block */
-        return (int64_t)m->tp_rank * m->qkv_local + r;
+        return (int64_t)tp_rank * m->qkv_local + r;
     /* groups < TP: this rank has heads_local query heads of group j, plus j's k and v. */
     int64_t hl = m->heads_local;
-    int64_t first_head = (int64_t)m->tp_rank * hl;
+    int64_t first_head = (int64_t)tp_rank * hl;
     int64_t j = first_head / hpg;
     int64_t base = j * (hpg + 2) * d;
     int64_t head_in_local = r / d, k = r % d;
@@ -163,16 +163,21 @@ static int64_t qkv_global_row(const mc_model *m, int64_t r) {
 
 void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row, int64_t col, int64_t *grow,
                               int64_t *gcol) {
+    mc_model_local_to_global_on(m, p, m->tp_rank, row, col, grow, gcol);
+}
+
+void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_rank, int64_t row, int64_t col,
+                                 int64_t *grow, int64_t *gcol) {
     *grow = row;
     *gcol = col;
     switch (p->split) {
     case MC_TP_REPLICATED: break;
-    case MC_TP_ROWS: *grow = (int64_t)m->tp_rank * p->shape[0] + row; break;
-    case MC_TP_COLS: *gcol = (int64_t)m->tp_rank * p->shape[1] + col; break;
-    case MC_TP_QKV_ROWS: *grow = qkv_global_row(m, row); break;
+    case MC_TP_ROWS: *grow = (int64_t)tp_rank * p->shape[0] + row; break;
+    case MC_TP_COLS: *gcol = (int64_t)tp_rank * p->shape[1] + col; break;
+    case MC_TP_QKV_ROWS: *grow = qkv_global_row(m, tp_rank, row); break;
     case MC_TP_SWIGLU_ROWS: {
         int64_t fl = m->ffn_local, f = m->cfg.ffn_hidden_size;
-        *grow = row < fl ? (int64_t)m->tp_rank * fl + row : f + (int64_t)m->tp_rank * fl + (row - fl);
+        *grow = row < fl ? (int64_t)tp_rank * fl + row : f + (int64_t)tp_rank * fl + (row - fl);
         break;
     }
     }

@@ -24,10 +24,15 @@ typedef struct mc_ddp {
     bool sharded, overlap_grad, overlap_param;
     bool reducing;          /* this micro-batch's backward reduces (the last one of the step) */
     int next_bucket;        /* next bucket (backward order) whose reduction to start */
-    bool *gather_pending;   /* per bucket: parameters all-gathered but not yet waited for */
+    mc_comm_work **grad_work;  /* per bucket: the reduction in flight */
+    mc_comm_work **param_work; /* per bucket: the parameter all-gather in flight */
+    float *kv_scratch;         /* [groups, 2d, h] F32, for replicated key/value rows */
+    int64_t kv_scratch_numel;
 } mc_ddp;
 
-/* Installs the model hooks. */
+/* Installs the model hooks. Also sums the gradients that are partial over TP ranks
+ * (model.h, mc_grad_sync) once per step, before their bucket's data-parallel reduction:
+ * Megatron's finalize_model_grads does the same for sequence-parallel norms. */
 void mc_ddp_init(mc_ddp *d, mc_model *m, bool sharded, bool overlap_grad, bool overlap_param);
 void mc_ddp_free(mc_ddp *d);
 

@@ -60,7 +60,8 @@ void mc_config_free(mc_config *c) {
     char **strs[] = {&c->data.data_path,  &c->data.split,          &c->data.data_cache_path,
                      &c->data.vocab_file, &c->data.merge_file,     &c->data.tokenizer_model,
                      &c->data.text_data_path, &c->log.log_dir, &c->log.sample_prompt,
-                     &c->data.train_data_path, &c->data.valid_data_path, &c->data.test_data_path};
+                     &c->data.train_data_path, &c->data.valid_data_path, &c->data.test_data_path,
+                     &c->log.export_params};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         free(*strs[i]);
         *strs[i] = NULL;
@@ -303,3 +304,33 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
 }
 
 const char *mc_version(void) { return MC_VERSION; }
+
+/* FNV-1a over bytes, continuing from h. */
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t mc_config_hash(const mc_config *c) {
+    /* The scalar fields as bytes (pointers zeroed: they differ between processes), then
+     * every string's contents. mc_config_init zeroes the struct, padding included. */
+    mc_config copy = *c;
+    char **strs[] = {&copy.data.data_path,       &copy.data.split,           &copy.data.data_cache_path,
+                     &copy.data.vocab_file,      &copy.data.merge_file,      &copy.data.tokenizer_model,
+                     &copy.data.text_data_path,  &copy.data.train_data_path, &copy.data.valid_data_path,
+                     &copy.data.test_data_path,  &copy.log.log_dir,          &copy.log.sample_prompt,    &copy.log.export_params};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        const char *s = *strs[i];
+        h = fnv(h, s ? s : "", s ? strlen(s) + 1 : 1);
+        *strs[i] = NULL;
+    }
+    copy.data.corpus_tokens = NULL;
+    copy.data.corpus_doc_offsets = NULL;
+    copy.log.log_dir = NULL;
+    return fnv(h, &copy, sizeof copy);
+}

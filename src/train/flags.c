@@ -245,6 +245,7 @@ static const mc_arg_spec k_flags[] = {
     {"--log-num-zeros-in-grad", MC_ARG_TRUE, F(log.log_num_zeros_in_grad), "log the number of zero gradients"},
     {"--timing-log-level", MC_ARG_INT, F(log.timing_log_level), "timer detail (0-2)", RANGE(0, 2)},
     {"--peak-tflops", MC_ARG_DOUBLE, F(log.peak_tflops), "peak TFLOP/s per device for MFU (default: measured on CPU, 989 on H100/H200)", RANGE(1e-6, 1e9)},
+    {"--export-params", MC_ARG_STRING, F(log.export_params), "after training, write the full parameters as safetensors (Megatron names; Megatron-C extension)"},
     {"--sample-prompt", MC_ARG_STRING, F(log.sample_prompt), "after training, print a greedy continuation of this text (Megatron-C extension)"},
     {"--sample-tokens", MC_ARG_INT, F(log.sample_tokens), "tokens to generate for --sample-prompt", RANGE(1, 1e6)},
     {"--timing-log-option", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "timers print min/max across ranks (ignored)"},

@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/timer.h"
+#include "comm/comm.h"
 #include "train/flops.h"
 #include "train/trainer_internal.h"
 
@@ -23,14 +24,17 @@ static void copy_config(mc_config *dst, const mc_config *src) {
     dst->data.text_data_path = dup_or_null(src->data.text_data_path);
     dst->log.log_dir = dup_or_null(src->log.log_dir);
     dst->log.sample_prompt = dup_or_null(src->log.sample_prompt);
+    dst->log.export_params = dup_or_null(src->log.export_params);
 }
 
 static int pick_backend(mc_trainer *t, mc_err *err) {
     mc_device_choice dev = t->cfg.train.device;
     if (dev == MC_DEVICE_CUDA_ONLY || (dev == MC_DEVICE_AUTO && mc_backend_cuda_available())) {
-        t->be = mc_backend_cuda_create(t->comm.local_rank, err);
+        int device = mc_comm_pick_device(&t->comm, err);
+        if (device < 0) return MC_ERR;
+        t->be = mc_backend_cuda_create(device, err);
         if (!t->be) return MC_ERR;
-        return MC_OK;
+        return mc_comm_init_device(&t->comm, t->be, err);
     }
     t->be = mc_backend_cpu_create();
     if (t->cfg.precision.bf16)
@@ -52,34 +56,26 @@ static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
     mb->seg_start = t->cfg.data.reset_attention_mask ? seg : mc_tensor_none();
 }
 
-mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
-    mc_trainer *t = mc_xcalloc(1, sizeof *t);
-    copy_config(&t->cfg, cfg_in);
+/* Everything after the process groups: validation, backend, data, model, optimizer. */
+static int setup(mc_trainer *t, mc_err *err) {
     mc_config *cfg = &t->cfg;
-    if (mc_config_validate(cfg, 1, err) != MC_OK) goto fail;
-    const mc_parallel_config *p = &cfg->parallel;
-    if (mc_comm_init(&t->comm, 1, 0, 0, p->tensor_model_parallel_size, p->pipeline_model_parallel_size,
-                     p->context_parallel_size, p->expert_model_parallel_size, err) != MC_OK)
-        goto fail;
-    mc_log_set_rank(t->comm.rank, t->comm.world_size);
+    MC_TRY(mc_config_validate(cfg, t->comm.world_size, err));
     t->dp = t->comm.sizes.dp;
     t->num_microbatches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * t->dp);
     t->train_iters = cfg->train.train_iters > 0 ? cfg->train.train_iters
                                                 : cfg->train.train_samples / cfg->train.global_batch_size;
-    if (pick_backend(t, err) != MC_OK) goto fail;
+    MC_TRY(pick_backend(t, err));
 
     int64_t want[MC_NUM_SPLITS];
     mc_split_requested_samples(cfg, want);
-    if (mc_data_open(&t->data, cfg, want[0], want[1], want[2], err) != MC_OK) goto fail;
+    MC_TRY(mc_data_open(&t->data, cfg, want[0], want[1], want[2], err));
 
     mc_dtype pdt = MC_F32, adt = MC_F32;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
     mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
-    if (mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err) !=
-        MC_OK)
-        goto fail;
+    MC_TRY(mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err));
     mc_model_init_params(&t->model, cfg->train.seed);
-    if (mc_optimizer_create(&t->opt, &t->model, cfg, err) != MC_OK) goto fail;
+    MC_TRY(mc_optimizer_create(&t->opt, &t->model, cfg, err));
     mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
                 cfg->parallel.overlap_param_gather);
     mc_lr_schedule_init(&t->sched, cfg);
@@ -103,11 +99,40 @@ mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
         t->peak_tflops = 989.0; /* H100/H200 dense bf16, Megatron's MFU denominator */
     else
         t->peak_tflops = mc_measure_gemm_tflops(t->be);
-    if (cfg->log.log_dir && mc_metrics_open(&t->metrics, cfg->log.log_dir, err) != MC_OK) goto fail;
+    /* The metrics file is the last rank's, where Megatron writes its logs. */
+    if (cfg->log.log_dir && t->comm.rank == t->comm.world_size - 1)
+        MC_TRY(mc_metrics_open(&t->metrics, cfg->log.log_dir, err));
+    return MC_OK;
+}
+
+/* Every rank learns whether setup succeeded everywhere: a rank that failed keeps its own
+ * message, the others name the first rank that failed, and all return an error together
+ * instead of waiting in a collective for a rank that has gone. */
+static int agree_on_setup(mc_trainer *t, int rc, mc_err *err) {
+    double first_failed = rc == MC_OK ? (double)t->comm.world_size : (double)t->comm.rank;
+    mc_comm_all_reduce_host_f64(&t->comm.world, &first_failed, 1, MC_REDUCE_MIN);
+    if (rc != MC_OK) return MC_ERR;
+    if (first_failed < t->comm.world_size)
+        return mc_err_set(err, "rank %d failed while setting up (its error message says why)", (int)first_failed);
+    /* The same job on every rank: flags can differ between the command lines of a launch. */
+    return mc_comm_check_same_u64(&t->comm.world, mc_config_hash(&t->cfg), "the training configuration", err);
+}
+
+mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
+    mc_trainer *t = mc_xcalloc(1, sizeof *t);
+    copy_config(&t->cfg, cfg_in);
+    const mc_parallel_config *p = &t->cfg.parallel;
+    if (mc_comm_init_from_env(&t->comm, p->tensor_model_parallel_size, p->pipeline_model_parallel_size,
+                              p->context_parallel_size, p->expert_model_parallel_size, p->distributed_timeout_minutes,
+                              err) != MC_OK) {
+        free(t);
+        return NULL;
+    }
+    if (agree_on_setup(t, setup(t, err), err) != MC_OK) {
+        mc_trainer_free(t);
+        return NULL;
+    }
     return t;
-fail:
-    mc_trainer_free(t);
-    return NULL;
 }
 
 void mc_trainer_free(mc_trainer *t) {
@@ -126,8 +151,8 @@ void mc_trainer_free(mc_trainer *t) {
     free(t->stage_pos);
     free(t->stage_mask);
     if (t->data) mc_data_close(t->data);
+    mc_comm_free(&t->comm); /* NCCL communicators before the device's backend */
     if (t->be) t->be->destroy(t->be);
-    mc_comm_free(&t->comm);
     mc_config_free(&t->cfg);
     free(t);
 }
