@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/timer.h"
@@ -207,6 +208,16 @@ static int start_train_loader(mc_trainer *t, mc_err *err) {
     return mc_loader_create_train(&t->train_loader, t->data, &s, 4, err);
 }
 
+/* Fault injection for the tests of a rank that dies mid-step: MC_TEST_EXIT_RANK=r and
+ * MC_TEST_EXIT_AT_ITERATION=i make world rank r exit abruptly at the start of iteration i. */
+static void maybe_inject_exit(const mc_trainer *t) {
+    const char *it = getenv("MC_TEST_EXIT_AT_ITERATION"), *rank = getenv("MC_TEST_EXIT_RANK");
+    if (!it || !rank || t->iteration + 1 != atoll(it) || t->comm.rank != atoi(rank)) return;
+    fprintf(stderr, "megatron-c: fault injection: rank %d exits at iteration %s\n", t->comm.rank, it);
+    fflush(stderr);
+    _exit(1);
+}
+
 int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     const mc_config *cfg = &t->cfg;
     int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
@@ -214,6 +225,7 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     if (t->iteration >= t->train_iters)
         return mc_err_set(err, "training is complete (%lld iterations)", (long long)t->train_iters);
     if (!t->train_loader) MC_TRY(start_train_loader(t, err));
+    maybe_inject_exit(t);
     double t0 = mc_time_now();
     double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
     for (int micro = 0; micro < M; micro++) {
