@@ -57,6 +57,22 @@ static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
     mb->seg_start = t->cfg.data.reset_attention_mask ? seg : mc_tensor_none();
 }
 
+/* World rank 0 opens the data first, building any index caches (Megatron's rank-0 build);
+ * then the others open it and load those caches. A failure on rank 0 reaches every rank. */
+static int open_data(mc_trainer *t, mc_err *err) {
+    const mc_config *cfg = &t->cfg;
+    int64_t want[MC_NUM_SPLITS];
+    mc_split_requested_samples(cfg, want);
+    int rc = MC_OK;
+    if (t->comm.rank == 0) rc = mc_data_open(&t->data, cfg, want[0], want[1], want[2], err);
+    double rank0_ok = rc == MC_OK ? 1.0 : 0.0;
+    mc_comm_all_reduce_host_f64(&t->comm.world, &rank0_ok, 1, MC_REDUCE_MIN);
+    if (rank0_ok < 1.0)
+        return t->comm.rank == 0 ? MC_ERR : mc_err_set(err, "rank 0 could not open the training data (its error says why)");
+    if (t->comm.rank != 0) MC_TRY(mc_data_open(&t->data, cfg, want[0], want[1], want[2], err));
+    return MC_OK;
+}
+
 /* Everything after the process groups: validation, backend, data, model, optimizer. */
 static int setup(mc_trainer *t, mc_err *err) {
     mc_config *cfg = &t->cfg;
@@ -67,9 +83,7 @@ static int setup(mc_trainer *t, mc_err *err) {
                                                 : cfg->train.train_samples / cfg->train.global_batch_size;
     MC_TRY(pick_backend(t, err));
 
-    int64_t want[MC_NUM_SPLITS];
-    mc_split_requested_samples(cfg, want);
-    MC_TRY(mc_data_open(&t->data, cfg, want[0], want[1], want[2], err));
+    MC_TRY(open_data(t, err));
 
     mc_dtype pdt = MC_F32, adt = MC_F32;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
