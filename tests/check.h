@@ -74,6 +74,26 @@ static inline void check_skip(const char *why) {
     exit(77);
 }
 
+/* The whole file, NUL-terminated, in a malloc'd buffer (NULL when it cannot be read);
+ * *len (optional) gets its size. */
+static inline char *check_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (!buf || got != (size_t)size) {
+        free(buf);
+        return NULL;
+    }
+    buf[size] = 0;
+    if (len) *len = (size_t)size;
+    return buf;
+}
+
 /* Path of a file under ../shared/data (the shared test data beside the checkout);
  * MC_SHARED_DIR overrides. */
 static inline const char *check_shared_path(const char *rel, char *buf, size_t size) {

@@ -11,24 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* Whole file into a malloc'd buffer (NULL if it cannot be read). */
-static inline unsigned char *fu_read(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)size + 1);
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(buf);
-        return NULL;
-    }
-    buf[size] = 0;
-    *n = (size_t)size;
-    return buf;
-}
+static inline unsigned char *fu_read(const char *path, size_t *n) { return (unsigned char *)check_read_file(path, n); }
 
 static inline bool fu_write(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");

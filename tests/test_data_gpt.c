@@ -30,19 +30,13 @@ static uint64_t cs_i32(const int32_t *a, int64_t n) {
 static void *read_fixture(const char *name, size_t item, int64_t *n) {
     char p[512];
     snprintf(p, sizeof p, FIX "%s", name);
-    FILE *f = fopen(p, "rb");
-    if (!f) {
+    size_t bytes;
+    void *buf = check_read_file(p, &bytes);
+    if (!buf) {
         fprintf(stderr, "missing fixture %s (run tools/reference/make_data_golden.py)\n", p);
         exit(1);
     }
-    fseek(f, 0, SEEK_END);
-    long bytes = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)bytes + 1);
-    size_t got = fread(buf, 1, (size_t)bytes, f);
-    fclose(f);
-    if (got != (size_t)bytes) exit(1);
-    *n = bytes / (long)item;
+    *n = (int64_t)(bytes / item);
     return buf;
 }
 

@@ -35,18 +35,6 @@ typedef struct {
     mc_microbatch mb;
 } golden;
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    return s;
-}
 
 static mc_backend *test_backend(void) {
     const char *dev = getenv("MC_TEST_DEVICE");
@@ -64,7 +52,7 @@ static mc_backend *test_backend(void) {
 static int config_from_fixture(golden *g, const char *family) {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/golden/%s_config.json", family);
-    char *text = read_text(path);
+    char *text = check_read_file(path, NULL);
     CHECK(text != NULL, "cannot read %s", path);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);

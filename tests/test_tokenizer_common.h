@@ -16,19 +16,7 @@
 
 #define TOK_FIX "tests/fixtures/tokenizer/"
 
-static char *tt_read(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    buf[got] = 0;
-    if (len) *len = got;
-    return buf;
-}
+static char *tt_read(const char *path, size_t *len) { return check_read_file(path, len); }
 
 static const char *tt_shared(const char *rel) {
     static char bufs[8][512];
