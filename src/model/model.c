@@ -70,21 +70,20 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_acts *la = &m->acts[l];
         la->x_in = prev;
-        la->y1 = alloc2(a, at, N, h);
         la->mean1 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
         la->rstd1 = alloc1(a, st, Nl);
         la->qkv = alloc2(a, at, N, m->qkv_local);
         la->att = alloc2(a, at, N, (int64_t)m->heads_local * d);
         la->lse = alloc1(a, st, m->max_batch * m->heads_local * m->seq);
         la->x_mid = alloc2(a, at, Nl, h);
-        la->y2 = alloc2(a, at, N, h);
         la->mean2 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
         la->rstd2 = alloc1(a, st, Nl);
         la->fc1 = alloc2(a, at, N, m->fc1_local);
-        la->act = alloc2(a, at, N, m->ffn_local);
         prev = alloc2(a, at, Nl, h);
     }
     m->x_final = prev;
+    m->ytmp = alloc2(a, at, N, h);
+    m->act_tmp = alloc2(a, at, N, m->ffn_local);
     m->yf = alloc2(a, at, N, h);
     m->meanf = ln ? alloc1(a, st, Nl) : mc_tensor_none();
     m->rstdf = alloc1(a, st, Nl);
@@ -96,8 +95,8 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
-     * work), 2^29 on a GPU (1 GB in bf16: few, large GEMMs; PyTorch holds all N x V). */
-    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 29 : (int64_t)1 << 24;
+     * work), 2^28 on a GPU (512 MB in bf16: few, large GEMMs; PyTorch holds all N x V). */
+    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 28 : (int64_t)1 << 24;
     int64_t chunk = limit / m->vocab_local;
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;

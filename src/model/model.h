@@ -88,16 +88,19 @@ typedef struct mc_layer_params {
 
 /* Saved activations of one layer for one micro-batch (views into the arena). */
 /* With sequence parallelism the residual-stream tensors and norm statistics hold this
- * rank's N/TP tokens ("Nl" below; Nl = N without SP); norm outputs are gathered to N. */
+ * rank's N/TP tokens ("Nl" below; Nl = N without SP).
+ * Not saved, recomputed in backward from what is: the norm outputs (from the input and
+ * its statistics) and the MLP activation (from fc1): cheap elementwise passes that save
+ * 2h + ffn values per token and layer (about 3 GB on a 1.5B model at 8K tokens). The
+ * recomputation repeats the same deterministic kernels, so it changes no bit. */
 typedef struct mc_layer_acts {
     mc_tensor x_in;      /* [Nl, h] layer input (residual stream) */
-    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h], stats [Nl] */
+    mc_tensor mean1, rstd1; /* first norm's statistics [Nl] */
     mc_tensor qkv;       /* [N, qkv_local] after RoPE */
     mc_tensor att, lse;  /* [N, heads_local*d], [B, heads_local, S] */
     mc_tensor x_mid;     /* [Nl, h] after the attention residual */
-    mc_tensor y2, mean2, rstd2;
+    mc_tensor mean2, rstd2;
     mc_tensor fc1;       /* [N, ffn_local] or [N, 2*ffn_local] with SwiGLU */
-    mc_tensor act;       /* [N, ffn_local] */
 } mc_layer_acts;
 
 /* One micro-batch in backend memory, [s, b] token order. */
@@ -146,6 +149,8 @@ typedef struct mc_model {
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
     mc_tensor emb_out;    /* [Nl, h] input of layer 0 */
+    mc_tensor ytmp;       /* [N, h] a norm output (gathered over the sequence with SP), any layer */
+    mc_tensor act_tmp;    /* [N, ffn_local] an MLP activation, any layer */
     mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */
     /* dres [Nl, h]: residual-stream gradient; dtmp [N, h]: full-width temporaries (row-
      * parallel outputs, gathered gradients); dbig, datt, dact: backward scratch */
