@@ -78,6 +78,7 @@ GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 10
 if [ "$WHICH" = all ] || [ "$WHICH" = llama ] || [ "$WHICH" = ours-only ]; then
     ours llama-1.5b "${LLAMA[@]}" --global-batch-size 4
     ours llama-1.5b-x8 "${LLAMA[@]}" --global-batch-size 32
+    ours llama-1.5b-recompute "${LLAMA[@]}" --global-batch-size 4 --recompute-granularity selective
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = gpt2 ] || [ "$WHICH" = ours-only ]; then
     ours gpt2-124m "${GPT2[@]}"
@@ -109,8 +110,9 @@ for line in open(sys.argv[1]):
 print()
 print(f"{'shape':16s} {'ours tok/s':>11s} {'torch tok/s':>12s} {'floor tok/s':>12s} {'ours/torch':>10s} {'ours/floor':>10s}"
       f" {'ours TFLOP/s':>12s} {'ours MFU':>8s} {'ours GB':>8s} {'torch GB':>8s} {'1st iter s':>10s}")
-for name in ["llama-1.5b", "llama-1.5b-x8", "gpt2-124m"]:
-    o, t, f = ours.get(name), torch.get(name), floor.get(name.replace("-x8", ""))
+for name in ["llama-1.5b", "llama-1.5b-x8", "llama-1.5b-recompute", "gpt2-124m"]:
+    base = name.replace("-x8", "").replace("-recompute", "")
+    o, t, f = ours.get(name), torch.get(base if name.endswith("-recompute") else name), floor.get(base)
     def g(d, k, fmt):
         return format(d[k], fmt) if d and k in d else "-"
     ratio_t = f"{o['tok_s'] / t['tok_s_per_gpu']:.3f}" if o and t else "-"

@@ -104,6 +104,10 @@ typedef struct mc_train_config {
     int64_t exit_interval;                      /* 0: off; stop after an iteration divisible by it */
     mc_device_choice device;
     bool deterministic_mode;
+    /* --recompute-granularity: 0 none, 1 selective (backward recomputes the norm outputs
+     * and the MLP activation instead of keeping them), 2 full (not in this version). */
+    int recompute_granularity;
+    bool recompute_activations; /* legacy --recompute-activations = selective */
 } mc_train_config;
 
 typedef struct mc_data_config {

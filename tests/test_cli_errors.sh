@@ -63,6 +63,7 @@ expect log_dir_is_file "--log-dir $TMP/empty.txt" -- train "${BASE[@]}" --log-di
 expect sample_prompt_ids "--sample-prompt: NullTokenizer: token \"999\" is out of range [0, 128)" -- train "${BASE[@]}" --sample-prompt "1 999"
 expect warmup_too_long "the LR warmup (16 samples) must be shorter than the decay (4 samples" -- train "${BASE[@]}" --lr-warmup-iters 8
 expect dataloader_cyclic "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet" -- train "${BASE[@]}" --dataloader-type cyclic
+expect recompute_full "--recompute-granularity full: whole-layer recomputation is not in this version yet" -- train "${BASE[@]}" --recompute-granularity full
 
 # Nothing may be left behind by the failed runs.
 if [ -e "$TMP/ckpt" ]; then

@@ -150,6 +150,14 @@ static void test_gpt2_family_with_dropout(void) {
     gradcheck(&c, false);
 }
 
+static void test_gpt2_family_selective_recompute(void) {
+    mc_config c;
+    base_config(&c);
+    c.train.recompute_granularity = 1;
+    c.model.hidden_dropout = 0.1f;
+    gradcheck(&c, false);
+}
+
 static void test_llama_family_gqa_untied(void) {
     mc_config c;
     base_config(&c);
@@ -181,6 +189,7 @@ static void test_llama_family_partial_rope_doc_mask(void) {
 int main(void) {
     RUN(test_gpt2_family);
     RUN(test_gpt2_family_with_dropout);
+    RUN(test_gpt2_family_selective_recompute);
     RUN(test_llama_family_gqa_untied);
     RUN(test_llama_family_partial_rope_doc_mask);
     return check_summary();

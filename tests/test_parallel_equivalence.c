@@ -132,6 +132,9 @@ static void test_tp4_kv_heads_replicated(void) { check_layout("tp4_gqa2", 4, "--
 static void test_tp2_sequence_parallel(void) {
     check_layout("tp2_sp", 2, "--tensor-model-parallel-size 2 --sequence-parallel");
 }
+static void test_tp2_sp_selective_recompute(void) {
+    check_layout("tp2_sp_recompute", 2, "--tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity selective");
+}
 static void test_tp2_dp2_distributed_optimizer(void) {
     check_layout("tp2_dp2_distopt", 4, "--tensor-model-parallel-size 2 --use-distributed-optimizer");
 }
@@ -172,6 +175,7 @@ int main(void) {
     RUN(test_tp2);
     RUN(test_tp4_kv_heads_replicated);
     RUN(test_tp2_sequence_parallel);
+    RUN(test_tp2_sp_selective_recompute);
     RUN(test_tp2_dp2_distributed_optimizer);
     RUN(test_gpt2_tp2);
     RUN(test_overlap_on_off_identical);

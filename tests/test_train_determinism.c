@@ -87,6 +87,24 @@ static void repeat_bitwise(mc_device_choice dev, bool bf16) {
 
 static void test_cpu_runs_are_bitwise_identical(void) { repeat_bitwise(MC_DEVICE_CPU_ONLY, false); }
 
+/* Selective recomputation repeats the same kernels: the same bits as keeping activations. */
+static void test_selective_recompute_changes_no_bit(void) {
+    mc_config c;
+    tiny_llama(&c);
+    c.train.device = MC_DEVICE_CPU_ONLY;
+    c.model.hidden_dropout = 0.1f;
+    double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
+    if (train(&c, STEPS_REPEAT, l1, n1)) return;
+    tiny_llama(&c);
+    c.train.device = MC_DEVICE_CPU_ONLY;
+    c.model.hidden_dropout = 0.1f;
+    c.train.recompute_granularity = 1;
+    if (train(&c, STEPS_REPEAT, l2, n2)) return;
+    for (int i = 0; i < STEPS_REPEAT; i++)
+        CHECK(l1[i] == l2[i] && n1[i] == n2[i], "step %d: loss %.17g vs %.17g, grad norm %.17g vs %.17g", i + 1, l1[i],
+              l2[i], n1[i], n2[i]);
+}
+
 static void test_cuda_bf16_runs_are_bitwise_identical(void) {
     if (!mc_backend_cuda_available()) {
         printf("   (no GPU: skipped)\n");
@@ -125,6 +143,7 @@ static void test_cuda_bf16_tracks_cpu_fp32_curve(void) {
 
 int main(void) {
     RUN(test_cpu_runs_are_bitwise_identical);
+    RUN(test_selective_recompute_changes_no_bit);
     RUN(test_cuda_bf16_runs_are_bitwise_identical);
     RUN(test_cuda_bf16_tracks_cpu_fp32_curve);
     return check_summary();

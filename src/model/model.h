@@ -89,18 +89,20 @@ typedef struct mc_layer_params {
 /* Saved activations of one layer for one micro-batch (views into the arena). */
 /* With sequence parallelism the residual-stream tensors and norm statistics hold this
  * rank's N/TP tokens ("Nl" below; Nl = N without SP).
- * Not saved, recomputed in backward from what is: the norm outputs (from the input and
- * its statistics) and the MLP activation (from fc1): cheap elementwise passes that save
- * 2h + ffn values per token and layer (about 3 GB on a 1.5B model at 8K tokens). The
- * recomputation repeats the same deterministic kernels, so it changes no bit. */
+ * Selective recomputation (--recompute-granularity selective) saves neither the norm
+ * outputs nor the MLP activation: backward recomputes them from what is saved (the norm
+ * input and statistics, fc1). That is 2h + ffn values per token and layer less (3.3 GB on
+ * the 1.5B bench shape, measured) for a few percent of step time; the recomputation
+ * repeats the same deterministic kernels, so it changes no bit. */
 typedef struct mc_layer_acts {
     mc_tensor x_in;      /* [Nl, h] layer input (residual stream) */
-    mc_tensor mean1, rstd1; /* first norm's statistics [Nl] */
+    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h] (absent when recomputed), stats [Nl] */
     mc_tensor qkv;       /* [N, qkv_local] after RoPE */
     mc_tensor att, lse;  /* [N, heads_local*d], [B, heads_local, S] */
     mc_tensor x_mid;     /* [Nl, h] after the attention residual */
-    mc_tensor mean2, rstd2;
+    mc_tensor y2, mean2, rstd2;
     mc_tensor fc1;       /* [N, ffn_local] or [N, 2*ffn_local] with SwiGLU */
+    mc_tensor act;       /* [N, ffn_local] (absent when recomputed) */
 } mc_layer_acts;
 
 /* One micro-batch in backend memory, [s, b] token order. */
@@ -149,8 +151,9 @@ typedef struct mc_model {
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
     mc_tensor emb_out;    /* [Nl, h] input of layer 0 */
-    mc_tensor ytmp;       /* [N, h] a norm output (gathered over the sequence with SP), any layer */
-    mc_tensor act_tmp;    /* [N, ffn_local] an MLP activation, any layer */
+    bool recompute;       /* selective recomputation of norm outputs and MLP activations */
+    mc_tensor ytmp;       /* [N, h] with recompute: a norm output (gathered with SP), any layer */
+    mc_tensor act_tmp;    /* [N, ffn_local] with recompute: an MLP activation, any layer */
     mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */
     /* dres [Nl, h]: residual-stream gradient; dtmp [N, h]: full-width temporaries (row-
      * parallel outputs, gathered gradients); dbig, datt, dact: backward scratch */

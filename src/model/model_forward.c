@@ -166,10 +166,16 @@ static mc_tensor row_parallel_fwd(pass_ctx *p, const mc_tensor *x, int wi, int b
     return reduce_partial(p, &m->dtmp);
 }
 
-/* The MLP activation of fc1 into act_tmp (forward, and recomputed in backward). */
-static mc_tensor activation_fwd(pass_ctx *p, const mc_tensor *fc1) {
+/* Where layer l's norm outputs and MLP activation live: its own saved buffers, or with
+ * selective recomputation the shared scratch that backward refills. */
+static mc_tensor *y1_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y1; }
+static mc_tensor *y2_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y2; }
+static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->act_tmp : &p->m->acts[l].act; }
+
+/* The MLP activation of fc1 (forward, and recomputed in backward). */
+static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
     mc_model *m = p->m;
-    mc_tensor act = rows_of(&m->act_tmp, p->N);
+    mc_tensor act = rows_of(act_buf(p, l), p->N);
     if (m->cfg.swiglu)
         p->be->swiglu_fwd(p->be, &act, fc1);
     else
@@ -177,12 +183,15 @@ static mc_tensor activation_fwd(pass_ctx *p, const mc_tensor *fc1) {
     return act;
 }
 
-/* A norm's output again (from its input and, recomputed identically, its statistics),
- * gathered over the sequence with SP: the input of a column-parallel linear's backward. */
-static mc_tensor norm_recompute(pass_ctx *p, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x, int wi, int bi) {
-    norm_fwd(p, &p->m->ytmp, mean, rstd, x, wi, bi);
-    gather_seq(p, &p->m->ytmp);
-    return rows_of(&p->m->ytmp, p->N);
+/* Backward's view of a norm's output: saved, or recomputed (from its input and, again
+ * identically, its statistics; gathered over the sequence with SP). */
+static mc_tensor norm_output(pass_ctx *p, mc_tensor *buf, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
+                             int wi, int bi) {
+    if (p->m->recompute) {
+        norm_fwd(p, buf, mean, rstd, x, wi, bi);
+        gather_seq(p, buf);
+    }
+    return rows_of(buf, p->N);
 }
 
 static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
@@ -193,9 +202,9 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     int64_t N = p->N;
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
 
-    norm_fwd(p, &m->ytmp, &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
-    gather_seq(p, &m->ytmp);
-    mc_tensor y1 = rows_of(&m->ytmp, N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
+    norm_fwd(p, y1_buf(p, l), &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
+    gather_seq(p, y1_buf(p, l));
+    mc_tensor y1 = rows_of(y1_buf(p, l), N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
     mc_tensor wqkv = mc_model_param(m, lp->qkv_w), bqkv = mc_model_param(m, lp->qkv_b);
     be->linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
     mc_attn_desc ad = attn_desc(p, l);
@@ -209,12 +218,12 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
     be->dropout_add_fwd(be, &x_mid, &x_in, &t, hp, m->seed, residual_stream(p, site_attn_res(l)));
 
-    norm_fwd(p, &m->ytmp, &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
-    gather_seq(p, &m->ytmp);
-    mc_tensor y2 = rows_of(&m->ytmp, N), fc1 = rows_of(&a->fc1, N);
+    norm_fwd(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
+    gather_seq(p, y2_buf(p, l));
+    mc_tensor y2 = rows_of(y2_buf(p, l), N), fc1 = rows_of(&a->fc1, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b);
     be->linear_fwd(be, &fc1, &y2, &w1, &b1);
-    mc_tensor act = activation_fwd(p, &fc1);
+    mc_tensor act = activation_fwd(p, l, &fc1);
     t = row_parallel_fwd(p, &act, lp->fc2_w, lp->fc2_b);
     mc_tensor out = rows_of(x_out, p->Nl);
     be->dropout_add_fwd(be, &out, &x_mid, &t, hp, m->seed, residual_stream(p, site_mlp_res(l)));
@@ -242,7 +251,7 @@ static void layer_bwd(pass_ctx *p, int l) {
      * plus the norm2 input gradient, accumulated by norm_bwd below. */
     mc_tensor dt = branch_grad(p, site_mlp_res(l));
     mc_tensor dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N);
-    mc_tensor act = activation_fwd(p, &fc1);
+    mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
     be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
     mc_tensor dfc1 = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->fc1_local);
@@ -250,7 +259,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         be->swiglu_bwd(be, &dfc1, &dact, &fc1);
     else
         be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
-    mc_tensor y2 = norm_recompute(p, &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
+    mc_tensor y2 = norm_output(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
     mc_tensor dy2 = rows_of(&m->dtmp, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b);
     be->linear_bwd(be, &dy2, &gw1, &gb1, &dfc1, &y2, &w1);
@@ -270,7 +279,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    mc_tensor y1 = norm_recompute(p, &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
+    mc_tensor y1 = norm_output(p, y1_buf(p, l), &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
     mc_tensor dy1 = rows_of(&m->dtmp, N);
     mc_tensor wq = mc_model_param(m, lp->qkv_w), gwq = mc_model_grad(m, lp->qkv_w), gbq = mc_model_grad(m, lp->qkv_b);
     be->linear_bwd(be, &dy1, &gwq, &gbq, &dqkv, &y1, &wq);

@@ -279,6 +279,10 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
     if (p->sequence_parallel && tp == 1) {
         p->sequence_parallel = false; /* Megatron: "disabling sequence parallelism because TP == 1" */
     }
+    if (c->train.recompute_activations) c->train.recompute_granularity = 1;
+    if (c->train.recompute_granularity == 2)
+        return mc_err_set(err, "--recompute-granularity full: whole-layer recomputation is not in this version yet "
+                               "(selective is)");
     MC_TRY(mc_config_validate_data(c, err));
     MC_TRY(validate_model(c, tp, err));
     if (p->sequence_parallel && c->model.seq_length % tp != 0)

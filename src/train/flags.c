@@ -44,6 +44,8 @@ static const mc_arg_choice k_tokenizers[] = {{"NullTokenizer", MC_TOKENIZER_NULL
                                              {"Llama2Tokenizer", MC_TOKENIZER_SENTENCEPIECE},
                                              {NULL, 0}};
 static const mc_arg_choice k_optimizers[] = {{"adam", 0}, {NULL, 0}};
+/* The CHOICE binds an int; "full" (whole-layer recompute) is rejected in config.c. */
+static const mc_arg_choice k_recompute[] = {{"selective", 1}, {"full", 2}, {NULL, 0}};
 static const mc_arg_choice k_dataloader[] = {{"single", 0}, {"cyclic", 1}, {NULL, 0}};
 
 #define NOT_DIST "multi-rank training arrives with the MPI/NCCL transport (Distributed training I)"
@@ -125,10 +127,11 @@ static const mc_arg_spec k_flags[] = {
     {"--fp8-amax-history-len", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
     {"--fp8-amax-compute-algo", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
     {"--fp8-param-gather", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_FP8},
-    {"--recompute-granularity", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "activation recomputation is not in this version yet; all activations are kept (ignored)"},
-    {"--recompute-method", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "activation recomputation is not in this version yet (ignored)"},
-    {"--recompute-num-layers", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "activation recomputation is not in this version yet (ignored)"},
-    {"--recompute-activations", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "activation recomputation is not in this version yet (ignored)"},
+    {"--recompute-granularity", MC_ARG_CHOICE, F(train.recompute_granularity), "selective: recompute norm outputs and MLP activations in backward", .choices = k_recompute},
+    {"--recompute-activations", MC_ARG_TRUE, F(train.recompute_activations), "legacy name of --recompute-granularity selective"},
+    {"--recompute-modules", MC_ARG_NOTE, 0, NULL, .nvalues = -1, .note = "selective recomputation covers the norms and the MLP activation (attention is flash-style and stores no probabilities)"},
+    {"--recompute-method", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "full-layer recomputation is not in this version yet"},
+    {"--recompute-num-layers", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "full-layer recomputation is not in this version yet"},
 
     /* ---- training ---- */
     {"--micro-batch-size", MC_ARG_INT, F(train.micro_batch_size), "samples per micro-batch per DP rank", RANGE(1, 1e7)},
