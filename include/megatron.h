@@ -186,6 +186,8 @@ int mc_config_validate(mc_config *cfg, int world_size, mc_err *err);
  * that read data without building a model (megatron-c inspect-data). */
 int mc_config_validate_data(mc_config *cfg, mc_err *err);
 void mc_config_free(mc_config *cfg);
+/* A deep copy (dst owns copies of every string; free it with mc_config_free). */
+void mc_config_copy(mc_config *dst, const mc_config *src);
 /* A 64-bit digest of the whole configuration (to check that every rank runs the same job). */
 uint64_t mc_config_hash(const mc_config *cfg);
 /* Vocabulary size padded as Megatron: a multiple of make_vocab_size_divisible_by * TP. */

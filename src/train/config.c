@@ -56,16 +56,27 @@ void mc_config_init(mc_config *c) {
     p->distributed_timeout_minutes = 10;
 }
 
+/* Every owned string field of the config: the one list that free, copy and hash use. */
+#define MC_CONFIG_STRINGS(c)                                                                             \
+    {&(c)->data.data_path,       &(c)->data.split,           &(c)->data.data_cache_path,                \
+     &(c)->data.vocab_file,      &(c)->data.merge_file,      &(c)->data.tokenizer_model,                \
+     &(c)->data.text_data_path,  &(c)->data.train_data_path, &(c)->data.valid_data_path,                \
+     &(c)->data.test_data_path,  &(c)->log.log_dir,          &(c)->log.sample_prompt,                   \
+     &(c)->log.export_params}
+
 void mc_config_free(mc_config *c) {
-    char **strs[] = {&c->data.data_path,  &c->data.split,          &c->data.data_cache_path,
-                     &c->data.vocab_file, &c->data.merge_file,     &c->data.tokenizer_model,
-                     &c->data.text_data_path, &c->log.log_dir, &c->log.sample_prompt,
-                     &c->data.train_data_path, &c->data.valid_data_path, &c->data.test_data_path,
-                     &c->log.export_params};
+    char **strs[] = MC_CONFIG_STRINGS(c);
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         free(*strs[i]);
         *strs[i] = NULL;
     }
+}
+
+void mc_config_copy(mc_config *dst, const mc_config *src) {
+    *dst = *src;
+    char **strs[] = MC_CONFIG_STRINGS(dst);
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if (*strs[i]) *strs[i] = mc_xstrdup(*strs[i]);
 }
 
 int mc_config_padded_vocab(const mc_config *c) {
@@ -323,10 +334,7 @@ uint64_t mc_config_hash(const mc_config *c) {
     /* The scalar fields as bytes (pointers zeroed: they differ between processes), then
      * every string's contents. mc_config_init zeroes the struct, padding included. */
     mc_config copy = *c;
-    char **strs[] = {&copy.data.data_path,       &copy.data.split,           &copy.data.data_cache_path,
-                     &copy.data.vocab_file,      &copy.data.merge_file,      &copy.data.tokenizer_model,
-                     &copy.data.text_data_path,  &copy.data.train_data_path, &copy.data.valid_data_path,
-                     &copy.data.test_data_path,  &copy.log.log_dir,          &copy.log.sample_prompt,    &copy.log.export_params};
+    char **strs[] = MC_CONFIG_STRINGS(&copy);
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         const char *s = *strs[i];
@@ -335,6 +343,5 @@ uint64_t mc_config_hash(const mc_config *c) {
     }
     copy.data.corpus_tokens = NULL;
     copy.data.corpus_doc_offsets = NULL;
-    copy.log.log_dir = NULL;
     return fnv(h, &copy, sizeof copy);
 }

@@ -12,22 +12,6 @@
 #include "train/flops.h"
 #include "train/trainer_internal.h"
 
-static char *dup_or_null(const char *s) { return s ? mc_xstrdup(s) : NULL; }
-
-static void copy_config(mc_config *dst, const mc_config *src) {
-    *dst = *src;
-    dst->data.data_path = dup_or_null(src->data.data_path);
-    dst->data.split = dup_or_null(src->data.split);
-    dst->data.data_cache_path = dup_or_null(src->data.data_cache_path);
-    dst->data.vocab_file = dup_or_null(src->data.vocab_file);
-    dst->data.merge_file = dup_or_null(src->data.merge_file);
-    dst->data.tokenizer_model = dup_or_null(src->data.tokenizer_model);
-    dst->data.text_data_path = dup_or_null(src->data.text_data_path);
-    dst->log.log_dir = dup_or_null(src->log.log_dir);
-    dst->log.sample_prompt = dup_or_null(src->log.sample_prompt);
-    dst->log.export_params = dup_or_null(src->log.export_params);
-}
-
 static int pick_backend(mc_trainer *t, mc_err *err) {
     mc_device_choice dev = t->cfg.train.device;
     if (dev == MC_DEVICE_CUDA_ONLY || (dev == MC_DEVICE_AUTO && mc_backend_cuda_available())) {
@@ -135,11 +119,12 @@ static int agree_on_setup(mc_trainer *t, int rc, mc_err *err) {
 
 mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
     mc_trainer *t = mc_xcalloc(1, sizeof *t);
-    copy_config(&t->cfg, cfg_in);
+    mc_config_copy(&t->cfg, cfg_in);
     const mc_parallel_config *p = &t->cfg.parallel;
     if (mc_comm_init_from_env(&t->comm, p->tensor_model_parallel_size, p->pipeline_model_parallel_size,
                               p->context_parallel_size, p->expert_model_parallel_size, p->distributed_timeout_minutes,
                               err) != MC_OK) {
+        mc_config_free(&t->cfg);
         free(t);
         return NULL;
     }
