@@ -47,8 +47,3 @@ void *mc_arena_alloc(mc_arena *a, size_t bytes) {
     if (a->used > a->peak) a->peak = a->used;
     return p;
 }
-
-void mc_arena_release(mc_arena *a, size_t mark) {
-    MC_ASSERT(mark <= a->used);
-    a->used = mark;
-}

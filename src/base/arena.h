@@ -34,9 +34,6 @@ void mc_arena_free(mc_arena *a);
 /* `bytes` rounded up to MC_ARENA_ALIGN; aborts with the arena's name when it overflows
  * (a planning bug, not a user error). */
 void *mc_arena_alloc(mc_arena *a, size_t bytes);
-/* Marks and releases for scoped temporaries. */
-static inline size_t mc_arena_mark(const mc_arena *a) { return a->used; }
-void mc_arena_release(mc_arena *a, size_t mark);
 
 #ifdef __cplusplus
 }

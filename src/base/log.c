@@ -45,15 +45,6 @@ void mc_log_warn(const char *fmt, ...) {
     va_end(ap);
 }
 
-void mc_log_debug(const char *fmt, ...) {
-    if (g_level > MC_LOG_DEBUG) return;
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "[rank %d] ", g_rank);
-    vlog(stderr, fmt, ap);
-    va_end(ap);
-}
-
 void mc_log_timestamp(char *buf, int size) {
     struct timeval tv;
     gettimeofday(&tv, NULL);

@@ -22,7 +22,6 @@ void mc_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void mc_log_last(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Every rank, to stderr, prefixed with the rank when world > 1. */
 void mc_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void mc_log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "2026-12-01 12:34:56.123456" (Megatron's %Y-%m-%d %H:%M:%S.%f), into buf (>= 32 bytes). */
 void mc_log_timestamp(char *buf, int size);

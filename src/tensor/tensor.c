@@ -70,12 +70,6 @@ mc_tensor mc_tensor_rows(const mc_tensor *t, int64_t row0, int64_t nrows) {
     return r;
 }
 
-mc_tensor mc_tensor_as_2d(const mc_tensor *t, int64_t cols) {
-    int64_t n = mc_tensor_numel(t);
-    MC_ASSERT(cols > 0 && n % cols == 0, "numel %lld not divisible by %lld", (long long)n, (long long)cols);
-    return mc_tensor_2d(t->data, t->dtype, n / cols, cols);
-}
-
 uint16_t mc_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

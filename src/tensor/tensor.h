@@ -50,8 +50,6 @@ mc_tensor mc_tensor_2d(void *data, mc_dtype dt, int64_t d0, int64_t d1);
 mc_tensor mc_tensor_3d(void *data, mc_dtype dt, int64_t d0, int64_t d1, int64_t d2);
 /* A view of rows [row0, row0+nrows) of a 2-D tensor. */
 mc_tensor mc_tensor_rows(const mc_tensor *t, int64_t row0, int64_t nrows);
-/* The same memory seen as [numel/cols, cols]. */
-mc_tensor mc_tensor_as_2d(const mc_tensor *t, int64_t cols);
 /* The null tensor: data == NULL means "absent" for optional operands (bias, mask...). */
 static inline mc_tensor mc_tensor_none(void) {
     mc_tensor t = {0};
