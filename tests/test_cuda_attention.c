@@ -7,7 +7,8 @@
  *  over head dims 16..128, GQA (groups < heads) and MHA (groups == heads), S not a
  *  multiple of any tile, seg_start (document-style and arbitrary), dropout 0.1, B > 1;
  *  outputs and dqkv are pre-filled with NaN so that every element must be written;
- *  determinism: two backward runs are bitwise equal.
+ *  the backward both ways: dQ summed with atomics (the default) and deterministic, and
+ *  two deterministic backward runs are bitwise equal.
  * The kernels are called directly (device buffers from cudaMalloc, the default stream), so
  * the test does not depend on the rest of the CUDA backend.
  *
@@ -175,6 +176,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         CU(cudaMemcpy(d_seg, seg, (size_t)(B * S) * 4, cudaMemcpyHostToDevice));
         desc.seg_start = mc_tensor_2d(d_seg, MC_I32, B, S);
     }
+    desc.deterministic = false; /* the larger workspace (with the dQ accumulator) */
     const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, dt);
     void *ws = NULL;
     CU(cudaMalloc(&ws, ws_bytes));
@@ -182,29 +184,38 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
               DO = mc_tensor_1d(d_dout, dt, nout), DQ = mc_tensor_1d(d_dqkv, dt, nqkv);
     mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
     CU(cudaDeviceSynchronize());
-    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
-    CU(cudaDeviceSynchronize());
-
-    /* the backward takes the GPU's own out and lse (as in training); they match the CPU's */
-    float *out = to_host(d_out, nout, dt), *lse = to_host(d_lse, nlse, MC_F32), *dqkv = to_host(d_dqkv, nqkv, dt);
+    float *out = to_host(d_out, nout, dt), *lse = to_host(d_lse, nlse, MC_F32), *dqkv = NULL;
     const double e_out = check_rel_l2(out, ref_out, nout), e_lse = check_rel_l2(lse, ref_lse, nlse);
-    const double e_dq = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 0), e_dk = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 1),
-                 e_dv = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 2);
-    printf("  %-34s out %.2e  lse %.2e  dq %.2e  dk %.2e  dv %.2e\n", name, e_out, e_lse, e_dq, e_dk, e_dv);
     check_l2("out", name, e_out, tol);
     check_l2("lse", name, e_lse, tol);
-    if (S > 1) {
-        check_l2("dq", name, e_dq, tol);
-        check_l2("dk", name, e_dk, tol);
-    } else { /* one key per row: P = 1, so dq = dk = 0 up to rounding (relative error means nothing) */
-        double mx = 0;
-        for (int64_t e = 0; e < nqkv; e++)
-            if (qkv_part(e, hpg, d) != 2) mx = fmax(mx, fabs((double)dqkv[e]));
-        CHECK(mx < 1e-4, "%s: dq/dk should vanish with one key, max |.| = %.3g", name, mx);
-    }
-    check_l2("dv", name, e_dv, tol);
 
-    /* determinism: a second backward (into a NaN-filled buffer) is bitwise equal */
+    /* the backward takes the GPU's own out and lse (as in training): first with dQ summed by
+     * atomics (the default), then the deterministic kernels */
+    for (int det = 0; det < 2; det++) {
+        desc.deterministic = det == 1;
+        CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es)); /* NaN: every element must be written */
+        mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
+        CU(cudaDeviceSynchronize());
+        free(dqkv);
+        dqkv = to_host(d_dqkv, nqkv, dt);
+        const double e_dq = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 0),
+                     e_dk = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 1), e_dv = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 2);
+        char label[96];
+        snprintf(label, sizeof label, "%s%s", name, det ? " (deterministic)" : "");
+        printf("  %-50s out %.2e  lse %.2e  dq %.2e  dk %.2e  dv %.2e\n", label, e_out, e_lse, e_dq, e_dk, e_dv);
+        if (S > 1) {
+            check_l2("dq", label, e_dq, tol);
+            check_l2("dk", label, e_dk, tol);
+        } else { /* one key per row: P = 1, so dq = dk = 0 up to rounding (relative error means nothing) */
+            double mx = 0;
+            for (int64_t e = 0; e < nqkv; e++)
+                if (qkv_part(e, hpg, d) != 2) mx = fmax(mx, fabs((double)dqkv[e]));
+            CHECK(mx < 1e-4, "%s: dq/dk should vanish with one key, max |.| = %.3g", label, mx);
+        }
+        check_l2("dv", label, e_dv, tol);
+    }
+
+    /* determinism: a second deterministic backward (into a NaN-filled buffer) is bitwise equal */
     CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es));
     mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
     CU(cudaDeviceSynchronize());
@@ -216,7 +227,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
     } else {
         memcpy(first, dqkv, (size_t)nqkv * 4);
     }
-    CHECK(memcmp(first, again, (size_t)nqkv * es) == 0, "%s: two backward runs differ", name);
+    CHECK(memcmp(first, again, (size_t)nqkv * es) == 0, "%s: two deterministic backward runs differ", name);
 
     free(first), free(again), free(out), free(lse), free(dqkv);
     free(ref_out), free(ref_lse), free(ref_dqkv), free(qkv), free(dout), free(seg);
@@ -273,7 +284,7 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
     CU(cudaMalloc((void **)&lse, (size_t)nlse * 4));
     CU(cudaMalloc(&dqkv, (size_t)nqkv * 2));
     mc_attn_desc desc = {.seq = S, .batch = B, .heads = H, .groups = G, .head_dim = d,
-                         .softmax_scale = (float)(1.0 / sqrt((double)d))};
+                         .softmax_scale = (float)(1.0 / sqrt((double)d)), .deterministic = false};
     const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, MC_BF16);
     void *ws;
     CU(cudaMalloc(&ws, ws_bytes));
@@ -284,11 +295,12 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     const double fwd_flops = 4.0 * (double)B * H * (double)S * (double)S * d / 2;
-    for (int mode = 0; mode < 3; mode++) { /* 0: fwd, 1: bwd alone, 2: fwd + bwd */
+    for (int mode = 0; mode < 5; mode++) { /* 0: fwd, 1: bwd alone, 2: fwd + bwd; 3, 4: the same, deterministic */
+        desc.deterministic = mode >= 3;
         float ms[20];
         for (int rep = -3; rep < 20; rep++) {
             CU(cudaEventRecord(e0, 0));
-            if (mode != 1) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
+            if (mode != 1 && mode != 3) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
             if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
@@ -296,10 +308,10 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
         }
         qsort(ms, 20, sizeof(float), cmp_float);
         const double med = ms[10] * 1e-3;
-        const double flops = mode == 0 ? fwd_flops : mode == 1 ? 2.5 * fwd_flops : 3.5 * fwd_flops;
-        printf("BENCH attention %-8s %-8s B=%lld H=%d G=%d d=%d S=%lld: %8.3f ms  %6.1f TFLOP/s\n", name,
-               mode == 0 ? "fwd" : mode == 1 ? "bwd" : "fwd+bwd", (long long)B, H, G, d, (long long)S, med * 1e3,
-               flops / med / 1e12);
+        const double flops = mode == 0 ? fwd_flops : (mode == 1 || mode == 3) ? 2.5 * fwd_flops : 3.5 * fwd_flops;
+        static const char *const what[] = {"fwd", "bwd", "fwd+bwd", "bwd-det", "fwd+bwd-det"};
+        printf("BENCH attention %-8s %-11s B=%lld H=%d G=%d d=%d S=%lld: %8.3f ms  %6.1f TFLOP/s\n", name, what[mode],
+               (long long)B, H, G, d, (long long)S, med * 1e3, flops / med / 1e12);
     }
     CU(cudaGetLastError());
     CU(cudaEventDestroy(e0));

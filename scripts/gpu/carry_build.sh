@@ -24,4 +24,8 @@ mkdir -p .carry/gpu/shared/data/corpus .carry/gpu/shared/data/gpt2 .carry/gpu/sh
 cp ../shared/data/corpus/austen.jsonl .carry/gpu/shared/data/corpus/
 cp ../shared/data/gpt2/* .carry/gpu/shared/data/gpt2/
 cp ../shared/data/llama3/tokenizer.json .carry/gpu/shared/data/llama3/
+# The carried tree must stay under 64 MiB: NCCL comes from the GPU machine's own install,
+# and the rest travels compressed (scripts/gpu/run_carried.sh unpacks it).
+rm -f .carry/gpu/lib/libnccl.so*
+tar -cJf .carry/gpu/lib.tar.xz -C .carry/gpu/lib . && rm -rf .carry/gpu/lib
 du -sh .carry/gpu

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the binaries packed by scripts/gpu/carry_build.sh on the GPU machine: the GPU
-# training tests, then bench/gpu_train.sh (Megatron-C beside PyTorch and the floor), then a
-# shortened bench/preprocess.sh. Logs under $OUT.
+# Runs the binaries packed by scripts/gpu/carry_build.sh on the GPU machine: the GPU tests
+# (GPU_TESTS), our attention beside PyTorch's SDPA and fused AdamW (bench/torch_ops.py),
+# then bench/gpu_train.sh (Megatron-C beside PyTorch and the floor) with the SM clock and
+# power sampled, and with PREP=1 a shortened bench/preprocess.sh. Logs under $OUT.
 set -uo pipefail
 ROOT=$(pwd)
 C=$ROOT/.carry/gpu
@@ -16,10 +17,34 @@ B=$C/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 ldd "$B/megatron-c" | grep -E 'not found' && echo "MISSING LIBRARIES" | tee -a "$OUT/gpu.txt"
 echo "== tests"
-timeout 150 "$B/test_train_determinism" > "$OUT/determinism.log" 2>&1; tail -4 "$OUT/determinism.log"
+for t in ${GPU_TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism}; do
+    [ -x "$B/$t" ] || continue
+    timeout 200 "$B/$t" > "$OUT/$t.log" 2>&1; echo "$t rc $?: $(tail -1 "$OUT/$t.log")"
+done
 MC_TEST_DEVICE=cuda timeout 60 "$B/test_golden_parity" > "$OUT/golden_cuda.log" 2>&1; tail -1 "$OUT/golden_cuda.log"
-echo "== gpu_train"
-MC_BENCH_ITERS=${MC_BENCH_ITERS:-8} OUT="$OUT" timeout "${BENCH_TIMEOUT:-380}" bench/gpu_train.sh "$B" "$C/shared/bench" all
-echo "== preprocess"
-BENCH_MB=${BENCH_MB:-40} MC_BUILD_DIR="$B" timeout "${PREP_TIMEOUT:-100}" bench/preprocess.sh > "$OUT/preprocess.log" 2>&1
-tail -15 "$OUT/preprocess.log"
+if [ "${ATTN_BENCH:-1}" = 1 ]; then
+    echo "== attention and AdamW: ours, then PyTorch's (same call)"
+    MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | grep BENCH | tee "$OUT/attn_bench.log"
+    timeout 150 python3 bench/torch_ops.py 2>&1 | tee "$OUT/torch_ops.log" | grep RESULT
+fi
+echo "== gpu_train (SM clock and power sampled every 500 ms into clocks.csv)"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
+SMI=$!
+MC_BENCH_ITERS=${MC_BENCH_ITERS:-8} OUT="$OUT" timeout "${BENCH_TIMEOUT:-380}" bash bench/gpu_train.sh "$B" "$C/shared/bench" "${BENCH_WHICH:-all}"
+kill $SMI 2>/dev/null
+python3 - "$OUT/clocks.csv" <<'PY'
+import csv, sys, statistics
+rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0][:2] == "20"]
+busy = [r for r in rows if float(r[2].split()[0]) > 300]  # power > 300 W: under load
+if busy:
+    clk = [float(r[1].split()[0]) for r in busy]
+    pw = [float(r[2].split()[0]) for r in busy]
+    print(f"under load (>300 W, {len(busy)} samples): SM clock median {statistics.median(clk):.0f} MHz "
+          f"(min {min(clk):.0f}, max {max(clk):.0f}), power median {statistics.median(pw):.0f} W, "
+          f"reasons {sorted(set(r[3].strip() for r in busy))}")
+PY
+if [ "${PREP:-0}" = 1 ]; then
+    echo "== preprocess"
+    BENCH_MB=${BENCH_MB:-40} MC_BUILD_DIR="$B" timeout "${PREP_TIMEOUT:-100}" bench/preprocess.sh > "$OUT/preprocess.log" 2>&1
+    tail -15 "$OUT/preprocess.log"
+fi

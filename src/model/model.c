@@ -129,6 +129,7 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     int tp = m->tp;
     m->sp = cfg->parallel.sequence_parallel && tp > 1;
     m->recompute = cfg->train.recompute_granularity == 1;
+    m->deterministic = cfg->train.deterministic_mode;
     if (m->sp && (c->seq_length % tp != 0))
         return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",
                           c->seq_length, tp);

@@ -152,6 +152,7 @@ typedef struct mc_model {
     mc_layer_acts *acts;  /* [num_layers] */
     mc_tensor emb_out;    /* [Nl, h] input of layer 0 */
     bool recompute;       /* selective recomputation of norm outputs and MLP activations */
+    bool deterministic;   /* --deterministic-mode: kernels that sum in a fixed order only */
     mc_tensor ytmp;       /* [N, h] with recompute: a norm output (gathered with SP), any layer */
     mc_tensor act_tmp;    /* [N, ffn_local] with recompute: an MLP activation, any layer */
     mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */

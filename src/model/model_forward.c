@@ -128,6 +128,7 @@ static mc_attn_desc attn_desc(pass_ctx *p, int l) {
         .seed = m->seed,
         .stream = rank_stream(site_stream(p->stream, site_attn_probs(l)), m->tp_rank),
         .seg_start = p->mb->seg_start,
+        .deterministic = m->deterministic,
     };
     return d;
 }

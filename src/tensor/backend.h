@@ -47,6 +47,9 @@ typedef struct mc_attn_desc {
      * start, for --reset-attention-mask), 0 <= seg_start[b, s] <= s. Absent: 0 for all,
      * i.e. plain causal. */
     mc_tensor seg_start;
+    /* true: a bitwise-reproducible backward (no floating-point atomics; --deterministic-mode);
+     * false lets a backend sum in a run-dependent order where that is faster. */
+    bool deterministic;
 } mc_attn_desc;
 
 /* Rotary embedding on the q and k heads of a packed QKV activation, in place

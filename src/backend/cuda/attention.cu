@@ -10,7 +10,10 @@
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
  * wrong result between the two paths).
  *
- * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes. */
+ * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
+ * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
+ * accumulator [B, heads, S, d] that the key-side kernel adds into with atomics (which
+ * saves recomputing S and dP in a separate dQ pass; see attention_bf16_bwd.cu). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,15 +141,21 @@ extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_te
     }
 }
 
+static size_t attn_round256(size_t n) { return (n + 255) / 256 * 256; }
 static size_t attn_d_bytes(const mc_attn_desc *d) {
-    const size_t n = (size_t)d->batch * (size_t)d->heads * (size_t)d->seq * sizeof(float);
-    return (n + 255) / 256 * 256;
+    return attn_round256((size_t)d->batch * (size_t)d->heads * (size_t)d->seq * sizeof(float));
+}
+/* The tensor-core backward sums dQ in F32 with atomics unless asked to be deterministic. */
+static bool attn_fused_dq(const mc_attn_desc *d, mc_dtype dt) {
+    return !d->deterministic && dt == MC_BF16 && attn_mma_supported(d->head_dim) && !attn_force_simple();
+}
+static size_t attn_dq_acc_bytes(const mc_attn_desc *d) {
+    return attn_round256((size_t)d->batch * (size_t)d->heads * (size_t)d->seq * (size_t)d->head_dim * sizeof(float));
 }
 
 extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype) {
-    (void)dtype; /* both paths keep only D */
     MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
-    return attn_d_bytes(d);
+    return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0);
 }
 
 extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
@@ -160,8 +169,9 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     attn_check_tensor(op, "dout", dout, dt, nout);
     attn_check_tensor(op, "out", out, dt, nout);
     attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
-    MC_ASSERT(workspace && workspace_bytes >= attn_d_bytes(d), "cuda %s: workspace of %zu bytes, %zu needed", op,
-              workspace_bytes, attn_d_bytes(d));
+    const size_t need = mc_cuda_attention_bwd_workspace(d, dt);
+    MC_ASSERT(workspace && workspace_bytes >= need, "cuda %s: workspace of %zu bytes, %zu needed", op,
+              workspace_bytes, need);
     MC_ASSERT(dqkv->data != qkv->data, "cuda %s: dqkv must not alias qkv", op);
     float *D = (float *)workspace;
     if (dt == MC_F32) {
@@ -175,7 +185,8 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     attn_launch_rowdot_bf16(stream, g, D, dO, O);
     if (attn_use_mma(g, dt, x, dx, dO, NULL))
-        attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D);
+        attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D,
+                     attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL);
     else
         attn_simple_bwd_bf16(stream, g, dx, dO, x, (const float *)lse->data, D);
 }

@@ -1,6 +1,10 @@
 /* attention_bf16_bwd.cu: causal flash-attention backward on tensor cores (BF16 in, F32
- * accumulation), FlashAttention-2 style but deterministic: no atomics, so dQ is not
- * accumulated from the key-side kernel; it has its own pass over the key tiles.
+ * accumulation), FlashAttention-2 style, in two modes:
+ *   - fused (the default): the key-side kernel also forms dQ = dS K for its key block and
+ *     adds it into an F32 accumulator with atomics (FlashAttention-2's way); a small kernel
+ *     then writes dQ into dqkv. The order of those additions varies between runs.
+ *   - deterministic (--deterministic-mode): no atomics; dQ has its own pass over the key
+ *     tiles, which recomputes S and dP (7 matrix products per tile instead of 5).
  * D = rowsum(dO * O) comes precomputed (attention.cu); P is recomputed from lse.
  *
  * dkdv kernel: block = (16 NW keys, kv group, batch); warp w owns keys 16w .. 16w+15 of the
@@ -18,6 +22,9 @@
  *   registers cost occupancy). Without seg_start, a query tile wholly past the block's keys
  *   and inside S needs no mask: that test is uniform over the block and skips the per-element
  *   range checks, which otherwise cost about a third of the backward time (measured).
+ * Fused dQ: each warp also stores its dS^T rows (bf16) in shared memory; after a barrier,
+ *   warp w forms a [16, D / CG] piece of the tile's dQ = dS K (A = dS by ldmatrix.trans of
+ *   dS^T, B = K by ldmatrix.trans) and adds it to dq_acc with float2 atomics.
  * dq kernel: block = (16 NW queries, head, batch), warp w owns 16 queries; Q and dO live in
  *   registers as A fragments; K/V tiles of BK keys stream through the same kind of
  *   pipeline from the block's smallest seg_start to the diagonal:
@@ -70,14 +77,20 @@ struct dkdv_cfg {
     static constexpr int DN = D / 8;  /* n tiles of dK, dV */
     static constexpr size_t TILES = (size_t)(2 * BKV + 2 * NS * BQ) * LDS * sizeof(__nv_bfloat16);
     static constexpr size_t SMEM = TILES + (size_t)NS * 4 * BQ * sizeof(float);
+    /* fused dQ: the item's dS^T tile, and the warps' share of dQ = dS K ([BQ, D]): RT row
+     * tiles of 16 queries by CG column groups of DW dims */
+    static constexpr int LDQ = BQ + 8;
+    static constexpr size_t SMEM_DQ = SMEM + (size_t)BKV * LDQ * sizeof(__nv_bfloat16);
+    static constexpr int RT = BQ / 16, CG = NW / RT, DW = D / CG;
     static_assert(BQ % 16 == 0 && BQ <= NT && NS >= 2 && NS <= 8, "BQ, NS");
+    static_assert(NW % RT == 0 && DW % 16 == 0, "dQ warp tiling");
 };
 
-template <int D, int NW, int BQ, int NS, int MINB>
+template <int D, int NW, int BQ, int NS, int MINB, bool DQ>
 __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                 const __nv_bfloat16 *dout,
                                                                 const __nv_bfloat16 *qkv, const float *lse,
-                                                                const float *D_) {
+                                                                const float *D_, float *dq_acc) {
     using C = dkdv_cfg<D, NW, BQ, NS>;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)smem_raw; /* [BKV][LDS] */
@@ -88,6 +101,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom 
     float *D_s = lse2_s + NS * BQ;                  /* [NS][BQ] */
     int *lo_s = (int *)(D_s + NS * BQ);             /* [NS][BQ]: first key of each query */
     int *hi_s = lo_s + NS * BQ;                     /* [NS][BQ]: last key (i), -1 past S */
+    __nv_bfloat16 *dS_s = (__nv_bfloat16 *)(smem_raw + C::SMEM); /* DQ: [BKV][LDQ], dS^T of the item */
 
     const int64_t ngb = (int64_t)g.G * g.B;
     const int kt = (int)(blockIdx.x / ngb); /* key tile 0 has the most queries: first */
@@ -216,6 +230,15 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom 
                     }
             }
 
+            if (DQ) { /* dS^T (bf16, as the mma operands below) for the block's dQ product */
+#pragma unroll
+                for (int n = 0; n < C::QN; n++)
+#pragma unroll
+                    for (int hf = 0; hf < 2; hf++)
+                        *reinterpret_cast<uint32_t *>(dS_s + (kw + gq + 8 * hf) * C::LDQ + n * 8 + 2 * tq) =
+                            attn_pack_bf16(dpt[n][2 * hf], dpt[n][2 * hf + 1]);
+            }
+
             /* dV += Pd^T dO, dK += dS^T Q */
 #pragma unroll
             for (int kc = 0; kc < BQ / 16; kc++) {
@@ -239,8 +262,38 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom 
                     attn_mma(dk[2 * dn + 1], sa, qb[2], qb[3]);
                 }
             }
+            if (DQ) {
+                __syncthreads(); /* every warp's dS^T rows are in dS_s */
+                /* dQ[wq .. wq+15, c0 .. c0+DW) = dS K over the block's keys: A = dS by
+                 * ldmatrix.trans of dS^T, B = K by ldmatrix.trans; then added to dq_acc */
+                const int wq = (warp % C::RT) * 16, c0 = (warp / C::RT) * C::DW;
+                float acc[C::DW / 8][4];
+#pragma unroll
+                for (int n = 0; n < C::DW / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+                for (int kc = 0; kc < C::BKV / 16; kc++) {
+                    uint32_t da[4];
+                    attn_ldsm_x4_trans(da, dS_s + (kc * 16 + b_row) * C::LDQ + wq + b_col);
+#pragma unroll
+                    for (int dn = 0; dn < C::DW / 16; dn++) {
+                        uint32_t kb[4];
+                        attn_ldsm_x4_trans(kb, Ks + (kc * 16 + a_row) * C::LDS + c0 + dn * 16 + a_col);
+                        attn_mma(acc[2 * dn], da, kb[0], kb[1]);
+                        attn_mma(acc[2 * dn + 1], da, kb[2], kb[3]);
+                    }
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++) {
+                    const int i = i0 + wq + gq + 8 * hf;
+                    if (i >= g.S) continue;
+                    float *row = dq_acc + attn_row_off(g, i, b, h) * D + c0 + 2 * tq;
+#pragma unroll
+                    for (int n = 0; n < C::DW / 8; n++)
+                        atomicAdd(reinterpret_cast<float2 *>(row + n * 8), make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
+                }
+            }
         }
-        __syncthreads(); /* every warp is done with `stage` before a later iteration refills it */
+        __syncthreads(); /* every warp is done with `stage` (and dS_s) before a later iteration refills it */
     }
     attn_cp_async_wait<0>(); /* nothing may be in flight at exit (the last group is empty) */
 
@@ -447,16 +500,49 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g,
 
 /* ---------------------------------------------------------------- launchers */
 
+/* dQ (F32, [B, H, S, D], summed by the fused kernel) into the q slots of dqkv, 8 dims per
+ * thread. */
+template <int D>
+__global__ void dq_store_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *dq_acc) {
+    constexpr int C8 = D / 8;
+    const int64_t total = (int64_t)g.B * g.H * g.S * C8;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int c = (int)(e % C8);
+        const int64_t row = e / C8; /* (b H + h) S + i */
+        const int i = (int)(row % g.S), h = (int)((row / g.S) % g.H), b = (int)(row / ((int64_t)g.S * g.H));
+        const float4 lo = *reinterpret_cast<const float4 *>(dq_acc + row * D + c * 8);
+        const float4 hi = *reinterpret_cast<const float4 *>(dq_acc + row * D + c * 8 + 4);
+        uint4 v;
+        v.x = attn_pack_bf16(lo.x, lo.y), v.y = attn_pack_bf16(lo.z, lo.w);
+        v.z = attn_pack_bf16(hi.x, hi.y), v.w = attn_pack_bf16(hi.z, hi.w);
+        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = v;
+    }
+}
+
 template <int D, int NW, int BQ, int NS, int MINB>
 static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                        const __nv_bfloat16 *qkv, const float *lse, const float *Drow) {
+                        const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc) {
     using C = dkdv_cfg<D, NW, BQ, NS>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BKV) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, NS, MINB>;
-    ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow);
-    ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
+    if (dq_acc) {
+        const size_t bytes = (size_t)g.B * g.H * g.S * D * sizeof(float);
+        ATTN_CUDA(cudaMemsetAsync(dq_acc, 0, bytes, st));
+        auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, NS, MINB, true>;
+        ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM_DQ));
+        kernel<<<(unsigned)blocks, C::NT, C::SMEM_DQ, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
+        ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel (fused dQ)");
+        const int64_t n8 = (int64_t)g.B * g.H * g.S * (D / 8);
+        const int threads = 256;
+        const int64_t grid = (n8 + threads - 1) / threads < 65535 * 16 ? (n8 + threads - 1) / threads : 65535 * 16;
+        dq_store_kernel<D><<<(unsigned)grid, threads, 0, st>>>(g, dqkv, dq_acc);
+        ATTN_CHECK_LAUNCH("dq_store_kernel");
+    } else {
+        auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, NS, MINB, false>;
+        ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
+        kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, nullptr);
+        ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
+    }
 }
 
 template <int D, int NW, int BK, int NS, int MINB>
@@ -471,14 +557,16 @@ static void dq_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, 
     ATTN_CHECK_LAUNCH("attn_mma_dq_kernel");
 }
 
+size_t attn_mma_dq_acc_bytes(const attn_geom &g) { return (size_t)g.B * g.H * g.S * g.d * sizeof(float); }
+
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                  const __nv_bfloat16 *qkv, const float *lse, const float *D) {
+                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc) {
     if (g.d == 64) {
-        dkdv_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
-        dq_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
+        dkdv_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+        if (!dq_acc) dq_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
     } else if (g.d == 128) {
-        dkdv_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
-        dq_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
+        dkdv_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+        if (!dq_acc) dq_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
     } else {
         MC_ASSERT(0, "cuda attention: no tensor-core backward for head_dim %d", g.d);
     }

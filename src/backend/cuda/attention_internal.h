@@ -187,7 +187,11 @@ void attn_simple_bwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dq
  * the caller checked d and 16-byte alignment. */
 bool attn_mma_supported(int d);
 void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
+/* dq_acc NULL: deterministic (dQ by its own pass over the key tiles); otherwise an F32
+ * [B, H, S, d] buffer of attn_mma_dq_acc_bytes(g) into which the key-side kernel adds dQ
+ * with atomics (faster, but the summation order varies from run to run). */
+size_t attn_mma_dq_acc_bytes(const attn_geom &g);
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                  const __nv_bfloat16 *qkv, const float *lse, const float *D);
+                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
 
 #endif

@@ -22,7 +22,8 @@ void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, 
 /* Scratch bytes attention_bwd needs for this shape and dtype (e.g. D = rowsum(dO * O)). */
 size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype);
 
-/* dqkv fully overwritten; deterministic (no floating-point atomics). */
+/* dqkv fully overwritten. Bitwise reproducible when d->deterministic; otherwise dQ may be
+ * summed with floating-point atomics (run-to-run differences at rounding level). */
 void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
                            const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse,
                            const mc_attn_desc *d);
