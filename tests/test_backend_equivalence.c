@@ -527,10 +527,13 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
 static void test_norms(void) {
     for (int k = 0; k < 2; k++) {
         mc_dtype dt = k_dtypes[k];
-        norm_case(67, 256, true, true, dt);   /* vector path */
-        norm_case(67, 100, true, false, dt);  /* scalar path, no bias */
+        norm_case(67, 256, true, true, dt);   /* warp per row, one group per lane */
+        norm_case(67, 100, true, false, dt);  /* block per row, scalar path, no bias */
         norm_case(67, 256, false, false, dt); /* rmsnorm */
         norm_case(45, 97, false, false, dt);
+        norm_case(300, 768, true, true, dt);    /* warp per row, lanes with 3 of 4 groups (GPT-2's width) */
+        norm_case(130, 2048, false, false, dt); /* warp per row, 8 groups per lane */
+        norm_case(40, 4096, true, true, dt);    /* block per row, 16-byte vectors */
         norm_case(16, 8192, true, true, dt);   /* partials in shared memory, big rows */
         norm_case(5, 30000, false, false, dt); /* partials in global memory (8 h > shared limit) */
     }

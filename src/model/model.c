@@ -93,13 +93,13 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     /* Backward scratch, and the forward's [N, h] temporary (dtmp). */
     m->dres = alloc2(a, at, Nl, h);
     m->dtmp = alloc2(a, at, N, h);
-    int64_t big = m->qkv_local > m->fc1_local ? m->qkv_local : m->fc1_local;
-    m->dbig = alloc2(a, at, N, big);
+    m->dqkv = alloc2(a, at, N, m->qkv_local);
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
-     * work), 2^28 on a GPU (512 MB in bf16: few, large GEMMs; PyTorch holds all N x V). */
-    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 28 : (int64_t)1 << 24;
+     * work), 2^27 on a GPU (256 MB in bf16: GEMMs of a thousand tokens or more by the
+     * vocabulary still run at full speed; PyTorch holds all N x V). */
+    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 27 : (int64_t)1 << 24;
     int64_t chunk = limit / m->vocab_local;
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;

@@ -157,8 +157,9 @@ typedef struct mc_model {
     mc_tensor act_tmp;    /* [N, ffn_local] with recompute: an MLP activation, any layer */
     mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */
     /* dres [Nl, h]: residual-stream gradient; dtmp [N, h]: full-width temporaries (row-
-     * parallel outputs, gathered gradients); dbig, datt, dact: backward scratch */
-    mc_tensor dres, dtmp, dbig, datt, dact;
+     * parallel outputs, gathered gradients); dqkv, datt, dact: backward scratch (the MLP's
+     * fc1 gradient overwrites the layer's saved fc1 output instead) */
+    mc_tensor dres, dtmp, dqkv, datt, dact;
     /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
     mc_tensor logits, rowmax, stats, tok_loss;
     int64_t head_chunk;

@@ -255,7 +255,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
     be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
-    mc_tensor dfc1 = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->fc1_local);
+    mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after this */
     if (m->cfg.swiglu)
         be->swiglu_bwd(be, &dfc1, &dact, &fc1);
     else
@@ -273,7 +273,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w), gbp = mc_model_grad(m, lp->proj_b);
     be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp);
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
-    mc_tensor dqkv = mc_tensor_2d(m->dbig.data, m->act_dtype, N, m->qkv_local);
+    mc_tensor dqkv = rows_of(&m->dqkv, N);
     mc_attn_desc ad = attn_desc(p, l);
     be->attention_bwd(be, &dqkv, &datt, &qkv, &att, &lse, &ad);
     if (m->cfg.position_embedding_type == MC_POS_ROPE) {

@@ -148,10 +148,11 @@ struct mc_backend {
     /* ---- activations ---- */
     /* GELU: exact, 0.5 x (1 + erf(x / sqrt 2)) (Megatron's default), or with `tanh` the
      * approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (--openai-gelu,
-     * GPT-2's gelu_new). dx may alias dy. */
+     * GPT-2's gelu_new). dx may alias dy or x. */
     void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
     void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
-    /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. */
+    /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. The
+     * backward's dx [N, 2f] may alias x. */
     void (*swiglu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);
     void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
 

@@ -55,15 +55,16 @@ static void RNAME(swiglu_fwd)(REAL *restrict y, const REAL *restrict x, int64_t 
     }
 }
 
-static void RNAME(swiglu_bwd)(REAL *restrict dx, const REAL *restrict dy, const REAL *restrict x, int64_t n,
-                              int64_t f) {
+/* dx may alias x (the model writes the fc1 gradient over the saved fc1 output): no restrict
+ * on them, and each pair (gate, up) is read before its gradients are written. */
+static void RNAME(swiglu_bwd)(REAL *dx, const REAL *restrict dy, const REAL *x, int64_t n, int64_t f) {
 #pragma omp parallel for schedule(static) if (n * f > 32768)
     for (int64_t t = 0; t < n; t++) {
         const REAL *gate = x + t * 2 * f, *up = gate + f, *dyt = dy + t * f;
         REAL *dgate = dx + t * 2 * f, *dup = dgate + f;
         for (int64_t j = 0; j < f; j++) {
-            REAL a = gate[j], s = RNAME(sigmoid)(a);
-            dgate[j] = dyt[j] * up[j] * s * (1 + a * (1 - s));
+            REAL a = gate[j], u = up[j], s = RNAME(sigmoid)(a);
+            dgate[j] = dyt[j] * u * s * (1 + a * (1 - s));
             dup[j] = dyt[j] * a * s;
         }
     }

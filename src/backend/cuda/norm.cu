@@ -9,7 +9,8 @@
  *
  * Forward: one warp per row, the row read three times (sum, centred sum of squares, write;
  * the re-reads hit L1/L2), so the variance is two-pass as on the CPU.
- * Backward: a fixed grid of blocks, each owning a fixed set of rows (row = block, block +
+ * Backward, rows of at most 2048 in 16-byte groups: one warp per row (see
+ * norm_bwd_warp_kernel). Other rows: a fixed grid of blocks, each owning a fixed set of rows (row = block, block +
  * grid, ...); a block processes one row at a time with all its threads (a block-wide sum of
  * g and g xhat), and each thread owns fixed columns, so it accumulates its columns' dw/db
  * over the block's rows without any race (in shared memory when 8 h bytes fit, else in the
@@ -161,6 +162,85 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
     }
 }
 
+/* Backward for rows of at most 256 GPL elements in whole 16-byte groups: one warp per row
+ * (rows part, part + parts, ... of warp `part`), so a row's two sums are warp shuffles
+ * instead of block barriers and no thread idles when h is small (GPT-2's 768). Lane l owns
+ * groups l, l + 32, ...: it keeps their dw/db sums over the warp's rows in registers and
+ * writes them once, as the warp's partial row (part_w[part, h]); w sits in shared memory
+ * (k-major, as the block kernel's accumulators, so a warp's reads hit distinct banks).
+ * The second pass re-reads x and dy (L1 hits). */
+template <typename T, bool LN, int GPL>
+__global__ void __launch_bounds__(NORM_BWD_THREADS) norm_bwd_warp_kernel(T *dx, float *part_w, float *part_b, const T *dy,
+                                                                         const T *x, const T *w, const float *mean,
+                                                                         const float *rstd, int64_t n, int64_t h,
+                                                                         bool want_w, bool want_b) {
+    extern __shared__ float w_s[]; /* [8][groups]: column 8 g + j at j groups + g (lanes: consecutive words) */
+    const int lane = threadIdx.x & 31;
+    const int64_t groups = h / 8, nw = blockDim.x >> 5;
+    const int64_t part = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5), parts = (int64_t)gridDim.x * nw;
+    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
+        float wv[8];
+        mc_load8(w + g * 8, wv);
+#pragma unroll
+        for (int j = 0; j < 8; j++) w_s[j * groups + g] = wv[j];
+    }
+    __syncthreads();
+    float aw[GPL][8], ab[GPL][8];
+#pragma unroll
+    for (int k = 0; k < GPL; k++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
+    for (int64_t row = part; row < n; row += parts) {
+        const T *xr = x + row * h, *dyr = dy + row * h;
+        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
+        float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float xv[8], dv[8];
+            mc_load8(xr + g * 8, xv);
+            mc_load8(dyr + g * 8, dv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xhat = (xv[j] - m) * r, gg = dv[j] * w_s[j * groups + g];
+                sum_g += gg;
+                sum_gx += gg * xhat;
+                aw[k][j] += dv[j] * xhat;
+                ab[k][j] += dv[j];
+            }
+        }
+        sum_g = mc_warp_sum(sum_g);
+        sum_gx = mc_warp_sum(sum_gx);
+        if (!dx) continue;
+        const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
+        const float mean_gx = (float)((double)sum_gx / (double)h);
+        T *dxr = dx + row * h;
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float xv[8], dv[8], o[8];
+            mc_load8(xr + g * 8, xv);
+            mc_load8(dyr + g * 8, dv);
+            mc_load8(dxr + g * 8, o);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xhat = (xv[j] - m) * r;
+                o[j] += r * (dv[j] * w_s[j * groups + g] - mean_g - xhat * mean_gx);
+            }
+            mc_store8(dxr + g * 8, o);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < GPL; k++) {
+        const int64_t g = lane + 32 * k;
+        if (g >= groups) break;
+        if (want_w) mc_store8(part_w + part * h + g * 8, aw[k]);
+        if (want_b) mc_store8(part_b + part * h + g * 8, ab[k]);
+    }
+}
+
 /* out[c] += sum over p of part[p, c], for dw (and db): block (32 columns x 32 lanes); lane
  * ty sums parts ty, ty + 32, ... in double, then the 32 lane sums are added in lane order.
  * Fixed order: deterministic. Many blocks, so the partial rows stream at full bandwidth. */
@@ -205,11 +285,51 @@ static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, 
     MC_CUDA_LAUNCHED(st, op);
 }
 
+/* The warp-per-row kernel with GPL groups per lane: a fixed grid (the occupancy the
+ * registers allow), then the partial rows added as below. */
+template <typename T, bool LN, int GPL>
+static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, float *dw, float *db, const T *dy, const T *x,
+                            const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
+    static int blocks_per_sm[64]; /* per device: from the occupancy calculator, once */
+    const size_t smem = (size_t)h * sizeof(float);
+    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
+    if (per_sm == 0) {
+        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_warp_kernel<T, LN, GPL>,
+                                                                     NORM_BWD_THREADS, smem),
+                      op);
+        if (per_sm < 1) per_sm = 1;
+        if (bps) *bps = per_sm;
+    }
+    const int64_t nw = NORM_BWD_THREADS / 32;
+    int64_t grid = (int64_t)st->sm_count * per_sm;
+    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
+    const int64_t parts = grid * nw;
+    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
+    float *pw = part, *pb = part + parts * h;
+    norm_bwd_warp_kernel<T, LN, GPL><<<(unsigned)grid, NORM_BWD_THREADS, smem, st->stream>>>(
+        dx, pw, pb, dy, x, w, mean, rstd, n, h, dw != NULL, db != NULL);
+    MC_CUDA_LAUNCHED(st, op);
+    if (dw || db) {
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, parts, h);
+        MC_CUDA_LAUNCHED(st, op);
+    }
+}
+
 template <typename T, bool LN>
 static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, float *db, const T *dy, const T *x,
                        const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
     if (n == 0 || h == 0) return;
     if (!dx && !dw && !db) return;
+    const bool vec16 = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
+                       (!dx || mc_cuda_aligned16(dx));
+    if (vec16 && h <= 32 * 8 * 8) { /* rows of at most 2048: one warp per row */
+        const int64_t groups = h / 8;
+        if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
+        else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
+        else if (groups <= 128) launch_bwd_warp<T, LN, 4>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
+        else launch_bwd_warp<T, LN, 8>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
+        return;
+    }
     size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
     bool use_smem = smem_need + 2 * 32 * sizeof(float) <= st->smem_optin;
     size_t smem = use_smem ? smem_need : 0;
