@@ -287,11 +287,12 @@ static int validate_precision(const mc_config *c, mc_err *err) {
     const mc_precision_config *p = &c->precision;
     if (p->fp16 && p->bf16) return mc_err_set(err, "--fp16 and --bf16 are mutually exclusive (choose one precision)");
     if (!(p->loss_scale >= 0) || isinf(p->loss_scale))
-        return mc_err_set(err, "--loss-scale %g must be a positive number (or unset for dynamic scaling)", p->loss_scale);
+        return mc_err_set(err, "--loss-scale %.10g must be a positive number (or unset for dynamic scaling)",
+                          p->loss_scale);
     if (!(p->initial_loss_scale > 0) || isinf(p->initial_loss_scale))
-        return mc_err_set(err, "--initial-loss-scale %g must be a positive number", p->initial_loss_scale);
+        return mc_err_set(err, "--initial-loss-scale %.10g must be a positive number", p->initial_loss_scale);
     if (!(p->min_loss_scale > 0) || p->min_loss_scale > p->initial_loss_scale)
-        return mc_err_set(err, "--min-loss-scale %g must be positive and at most --initial-loss-scale %g",
+        return mc_err_set(err, "--min-loss-scale %.10g must be positive and at most --initial-loss-scale %.10g",
                           p->min_loss_scale, p->initial_loss_scale);
     if (p->loss_scale_window < 1)
         return mc_err_set(err, "--loss-scale-window %lld must be at least 1", (long long)p->loss_scale_window);
