@@ -80,6 +80,7 @@ static void test_constant_scale(void) {
 
 static void base_config(mc_config *c) {
     mc_config_init(c);
+    c->precision.fp16 = true;
     c->model.num_layers = 1;
     c->model.hidden_size = 32;
     c->model.num_attention_heads = 2;
@@ -105,8 +106,13 @@ static void test_config_rules(void) {
     CHECK(c.precision.initial_loss_scale == 4294967296.0 && c.precision.min_loss_scale == 1.0 &&
           c.precision.loss_scale_window == 1000 && c.precision.hysteresis == 2 && c.precision.loss_scale == 0,
           "Megatron's defaults");
-    c.precision.fp16 = true;
     mc_err err;
+    CHECK(mc_config_validate(&c, 1, &err) == MC_OK, "%s", err.msg);
+    mc_config_free(&c);
+    /* Without --fp16 the loss-scaling values are ignored (Megatron builds no scaler). */
+    base_config(&c);
+    c.precision.fp16 = false;
+    c.precision.hysteresis = 0;
     CHECK(mc_config_validate(&c, 1, &err) == MC_OK, "%s", err.msg);
     mc_config_free(&c);
 

@@ -286,6 +286,17 @@ static int validate_schedule(mc_config *c, mc_err *err) {
 static int validate_precision(const mc_config *c, mc_err *err) {
     const mc_precision_config *p = &c->precision;
     if (p->fp16 && p->bf16) return mc_err_set(err, "--fp16 and --bf16 are mutually exclusive (choose one precision)");
+    if (!p->fp16) {
+        mc_config dflt;
+        mc_config_init(&dflt);
+        const mc_precision_config *d = &dflt.precision;
+        if (p->loss_scale != d->loss_scale || p->initial_loss_scale != d->initial_loss_scale ||
+            p->min_loss_scale != d->min_loss_scale || p->loss_scale_window != d->loss_scale_window ||
+            p->hysteresis != d->hysteresis)
+            mc_log_info("note: --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window and "
+                        "--hysteresis apply only with --fp16 (ignored)");
+        return MC_OK;
+    }
     if (!(p->loss_scale >= 0) || isinf(p->loss_scale))
         return mc_err_set(err, "--loss-scale %.10g must be a positive number (or unset for dynamic scaling)",
                           p->loss_scale);
@@ -297,15 +308,6 @@ static int validate_precision(const mc_config *c, mc_err *err) {
     if (p->loss_scale_window < 1)
         return mc_err_set(err, "--loss-scale-window %lld must be at least 1", (long long)p->loss_scale_window);
     if (p->hysteresis < 1) return mc_err_set(err, "--hysteresis %d must be at least 1", p->hysteresis);
-    mc_config dflt;
-    mc_config_init(&dflt);
-    const mc_precision_config *d = &dflt.precision;
-    bool scaling_flags = p->loss_scale != d->loss_scale || p->initial_loss_scale != d->initial_loss_scale ||
-                         p->min_loss_scale != d->min_loss_scale || p->loss_scale_window != d->loss_scale_window ||
-                         p->hysteresis != d->hysteresis;
-    if (!p->fp16 && scaling_flags)
-        mc_log_info("note: --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window and --hysteresis "
-                    "apply only with --fp16 (ignored)");
     return MC_OK;
 }
 
