@@ -30,7 +30,8 @@ struct mc_trainer {
     int64_t train_iters;
     int64_t iteration, consumed_train_samples, consumed_valid_samples;
     /* Samples the LR schedule has advanced by (Megatron's OptimizerParamScheduler
-     * num_steps): the consumed samples less those of iterations skipped on fp16 overflow. */
+     * num_steps): the consumed samples less those of iterations skipped on fp16 overflow.
+     * Checkpoints will save it beside the consumed samples. */
     int64_t sched_samples;
     double peak_tflops;        /* per device, for MFU */
     double flops_per_iteration;
