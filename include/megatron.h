@@ -161,7 +161,16 @@ typedef struct mc_log_config {
 } mc_log_config;
 
 typedef struct mc_precision_config {
-    bool bf16, fp16;
+    bool bf16, fp16;          /* mutually exclusive; fp16 trains with loss scaling */
+    /* fp16 loss scaling (Megatron's flags; ignored without fp16). loss_scale > 0 is a
+     * constant scale (--loss-scale); 0, Megatron's None, scales dynamically: from
+     * initial_loss_scale, halved on overflow once `hysteresis` overflows have been seen
+     * (never below min_loss_scale), doubled after loss_scale_window clean steps. */
+    double loss_scale;
+    double initial_loss_scale;  /* 2^32 */
+    double min_loss_scale;      /* 1.0 */
+    int64_t loss_scale_window;  /* 1000 */
+    int hysteresis;             /* 2 */
 } mc_precision_config;
 
 typedef struct mc_config {
@@ -198,13 +207,16 @@ typedef struct mc_step_stats {
     int64_t iteration;
     int64_t consumed_samples;
     double lm_loss;           /* token-weighted mean over the global batch */
-    double grad_norm;         /* before clipping */
+    double grad_norm;         /* before clipping (unscaled with fp16) */
     double learning_rate;     /* used by this iteration's update */
     double elapsed_ms;
     double tflops_per_gpu;
     double tokens_per_sec_per_gpu;
     int64_t num_zeros;
+    /* fp16: the gradients overflowed, so the step was skipped (no update, the LR schedule
+     * did not advance; grad_norm is then inf or NaN). */
     bool skipped;
+    double loss_scale;        /* after this step's update; 1.0 without fp16 */
 } mc_step_stats;
 
 typedef struct mc_trainer mc_trainer;

@@ -1,10 +1,11 @@
 /* test_backend_equivalence.c: every op of the CUDA backend against the CPU reference.
  *
  * Random inputs, fresh each run (the seed is printed; MC_TEST_SEED=<n> replays one), with
- * no zeros. Each op runs on the CPU backend in F32 and on the CUDA backend in F32 and in
- * BF16; for BF16 the inputs are first rounded to BF16 and the CPU's F32 reference is
- * computed on the same rounded values. Outputs are compared by relative L2 error:
- * F32 < 1e-5, BF16 < 1e-2 (the F32 statistics and weight gradients of a BF16 run too).
+ * no zeros. Each op runs on the CPU backend in F32 and on the CUDA backend in F32, BF16 and
+ * F16; for BF16 and F16 the inputs are first rounded to that dtype and the CPU's F32
+ * reference is computed on the same rounded values. Outputs are compared by relative L2
+ * error: F32 < 1e-5, BF16 and F16 < 1e-2 (the F32 statistics and weight gradients of a
+ * 16-bit run too).
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
  * attention_bwd and adamw; init_normal against the CPU's values (within one float ulp);
  * exact fill/convert; sumsq/sumsq_segments/count_zeros.
@@ -31,6 +32,7 @@ static mc_backend *cpu, *gpu;
 
 #define F32 MC_F32
 #define BF16 MC_BF16
+#define F16 MC_F16
 
 /* ---- scratch: each test's buffers are released after it runs ---- */
 
@@ -97,12 +99,19 @@ static float *rnd(int64_t n, float scale) {
     return x;
 }
 
-static float bf16_round(float v) { return mc_bf16_to_f32(mc_f32_to_bf16(v)); }
+/* v rounded to what dtype dt can hold (F32: v) */
+static float round_to(mc_dtype dt, float v) {
+    if (dt == BF16) return mc_bf16_to_f32(mc_f32_to_bf16(v));
+    if (dt == F16) return mc_f16_to_f32(mc_f32_to_f16(v));
+    return v;
+}
 
-/* x rounded in place to what dtype dt can hold (BF16), so CPU and GPU see the same values */
+/* The bit pattern of v in the 16-bit dtype dt, rounded as the host rounds. */
+static int bits16(mc_dtype dt, float v) { return dt == BF16 ? (int)mc_f32_to_bf16(v) : (int)mc_f32_to_f16(v); }
+
+/* x rounded in place to what dtype dt can hold, so CPU and GPU see the same values */
 static float *as_dtype(float *x, int64_t n, mc_dtype dt) {
-    if (dt == BF16)
-        for (int64_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    for (int64_t i = 0; i < n; i++) x[i] = round_to(dt, x[i]);
     return x;
 }
 
@@ -114,19 +123,6 @@ static float *fcopy(const float *x, int64_t n) {
 
 /* ---- tensors on either backend, filled from F32 host values ---- */
 
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
 /* Uploads n F32 host values (NULL: zeros) as dtype dt into p on be. */
 static void upload(mc_backend *be, void *p, mc_dtype dt, const float *h, int64_t n) {
     size_t bytes = (size_t)n * mc_dtype_size(dt);
@@ -136,9 +132,9 @@ static void upload(mc_backend *be, void *p, mc_dtype dt, const float *h, int64_t
     }
     if (dt == F32) {
         be->copy_h2d(be, p, h, bytes);
-    } else if (dt == BF16) {
+    } else if (dt == BF16 || dt == F16) {
         uint16_t *tmp = malloc(bytes ? bytes : 2);
-        for (int64_t i = 0; i < n; i++) tmp[i] = mc_f32_to_bf16(h[i]);
+        for (int64_t i = 0; i < n; i++) tmp[i] = (uint16_t)bits16(dt, h[i]);
         be->copy_h2d(be, p, tmp, bytes);
         free(tmp);
     } else {
@@ -175,7 +171,7 @@ static float *dl(mc_backend *be, const mc_tensor *t) {
     } else {
         uint16_t *tmp = malloc(bytes ? bytes : 2);
         be->copy_d2h(be, tmp, t->data, bytes);
-        for (int64_t i = 0; i < n; i++) out[i] = t->dtype == BF16 ? mc_bf16_to_f32(tmp[i]) : f16_to_f32(tmp[i]);
+        for (int64_t i = 0; i < n; i++) out[i] = t->dtype == BF16 ? mc_bf16_to_f32(tmp[i]) : mc_f16_to_f32(tmp[i]);
         free(tmp);
     }
     return out;
@@ -205,7 +201,8 @@ static void same_bits(const char *what, const void *a, const void *b, size_t byt
     CHECK(eq, "%s: two CUDA runs differ", what);
 }
 
-static const mc_dtype k_dtypes[2] = {F32, BF16};
+static const mc_dtype k_dtypes[] = {F32, BF16, F16};
+#define NDTYPES ((int)(sizeof k_dtypes / sizeof k_dtypes[0]))
 
 /* ======================================================================= memory */
 
@@ -235,12 +232,12 @@ static void test_memory(void) {
 
 static void test_fill_convert(void) {
     int64_t n = 1237;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         mc_tensor t = mk1(gpu, dt, NULL, n);
         gpu->fill(gpu, &t, 0.3);
         float *got = dl(gpu, &t);
-        float want = dt == F32 ? 0.3f : bf16_round(0.3f);
+        float want = round_to(dt, 0.3f);
         bool ok = true;
         for (int64_t i = 0; i < n; i++) ok = ok && got[i] == want;
         printf("  %-52s %-4s %s\n", "fill 0.3", mc_dtype_name(dt), ok ? "exact" : "WRONG  <-- FAIL");
@@ -291,9 +288,9 @@ static void test_init_normal(void) {
     int64_t *row_index = halloc(sizeof(int64_t) * rows);
     for (int64_t r = 0; r < rows; r++) row_index[r] = 3 * r + 5; /* a shard's rows of a larger tensor */
     uint64_t seed = rng_next(), stream = rng_next();
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
-        mc_tensor c = mk2(cpu, dt == F32 ? F32 : BF16, NULL, rows, cols);
+        mc_tensor c = mk2(cpu, dt, NULL, rows, cols);
         mc_tensor g = mk2(gpu, dt, NULL, rows, cols);
         cpu->init_normal(cpu, &c, seed, stream, 0.02, row_index, stride, col0);
         gpu->init_normal(gpu, &g, seed, stream, 0.02, row_index, stride, col0);
@@ -302,7 +299,7 @@ static void test_init_normal(void) {
         for (int64_t i = 0; i < rows * cols; i++) {
             if (gv[i] == cv[i]) exact++;
             else if (dt == F32 && (gv[i] == nextafterf(cv[i], INFINITY) || gv[i] == nextafterf(cv[i], -INFINITY))) one_ulp++;
-            else if (dt == BF16 && abs((int)mc_f32_to_bf16(gv[i]) - (int)mc_f32_to_bf16(cv[i])) == 1) one_ulp++;
+            else if (dt != F32 && abs(bits16(dt, gv[i]) - bits16(dt, cv[i])) == 1) one_ulp++;
             else worse++;
         }
         printf("  %-52s %-4s %lld exact, %lld within 1 ulp, %lld worse\n", "init_normal vs CPU (sharded rows)",
@@ -325,8 +322,8 @@ static void test_gemm(void) {
     float alpha = 0.7f, beta = 0.3f;
     for (int tr = 0; tr < 4; tr++) {
         bool ta = tr & 1, tb = (tr >> 1) & 1;
-        for (int kk = 0; kk < 3; kk++) { /* F32; BF16 -> BF16; BF16 -> F32 */
-            mc_dtype dt = kk == 0 ? F32 : BF16, ct = kk == 2 ? F32 : dt;
+        for (int kk = 0; kk < 5; kk++) { /* F32; BF16 -> BF16; BF16 -> F32; F16 -> F16; F16 -> F32 */
+            mc_dtype dt = kk == 0 ? F32 : kk <= 2 ? BF16 : F16, ct = kk == 2 || kk == 4 ? F32 : dt;
             float *a = as_dtype(rnd(m * k, 1.0f), m * k, dt), *b = as_dtype(rnd(k * n, 1.0f), k * n, dt);
             float *c0 = as_dtype(rnd(m * n, 1.0f), m * n, ct);
             mc_tensor ca = ta ? mk2(cpu, F32, a, k, m) : mk2(cpu, F32, a, m, k);
@@ -339,7 +336,7 @@ static void test_gemm(void) {
             gpu->gemm(gpu, &gc, &ga, ta, &gb, tb, alpha, beta);
             char what[96];
             snprintf(what, sizeof what, "gemm %s%s alpha/beta%s", ta ? "T" : "N", tb ? "T" : "N",
-                     kk == 2 ? " (BF16 in, F32 out)" : "");
+                     kk == 2 ? " (BF16 in, F32 out)" : kk == 4 ? " (F16 in, F32 out)" : "");
             cmp(what, dt, dl(gpu, &gc), cc.data, m * n);
         }
     }
@@ -349,7 +346,7 @@ static void test_gemm(void) {
 /* w and b at odd element offsets of a flat buffer, as model parameters are */
 static void test_linear(void) {
     int64_t N = 33, in = 64, out = 48;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         for (int variant = 0; variant < 3; variant++) { /* 0: no bias, 1: aligned bias, 2: unaligned w and b */
             float *x = as_dtype(rnd(N * in, 1.0f), N * in, dt), *w = as_dtype(rnd(out * in, 0.2f), out * in, dt);
@@ -404,7 +401,7 @@ static void test_linear(void) {
         mc_tensor cdw = mk2(cpu, F32, NULL, o2, i2), cdb = mk1(cpu, F32, NULL, o2), none = mc_tensor_none();
         cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
         cpu->linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < NDTYPES; k++) {
             mc_dtype t = k_dtypes[k];
             mc_tensor gx = mk2(gpu, t, x, n2, i2), gw = mk2(gpu, t, w, o2, i2), gb = mk1(gpu, t, b, o2);
             mc_tensor gy = mk2(gpu, t, NULL, n2, o2), gdy = mk2(gpu, t, dy, n2, o2);
@@ -429,7 +426,7 @@ static void test_embedding(void) {
         int32_t *ids = halloc(sizeof(int32_t) * ntok);
         for (int64_t t = 0; t < ntok; t++) ids[t] = (int32_t)rng_int(-3, vocab_start + rows + 12); /* some off-rank */
         ids[0] = ids[5] = ids[17] = (int32_t)vocab_start + 3;                                 /* repeats */
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < NDTYPES; k++) {
             mc_dtype dt = k_dtypes[k];
             float *table = as_dtype(rnd(rows * h, 1.0f), rows * h, dt), *y0 = as_dtype(rnd(ntok * h, 1.0f), ntok * h, dt);
             float *dy = as_dtype(rnd(ntok * h, 1.0f), ntok * h, dt), *dt0 = rnd(rows * h, 1.0f);
@@ -525,7 +522,7 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
 }
 
 static void test_norms(void) {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         norm_case(67, 256, true, true, dt);   /* warp per row, one group per lane */
         norm_case(67, 100, true, false, dt);  /* block per row, scalar path, no bias */
@@ -542,7 +539,7 @@ static void test_norms(void) {
 /* dx aliasing dy, as the model's residual-stream backward may do */
 static void test_norm_alias(void) {
     int64_t N = 31, h = 128;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
         float *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
@@ -577,7 +574,7 @@ static void test_rope(void) {
         int32_t *pos = halloc(sizeof(int32_t) * S * B);
         for (int64_t t = 0; t < S * B; t++) pos[t] = (int32_t)rng_int(0, P);
         int64_t nqkv = S * B * (heads + 2 * groups) * d;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < NDTYPES; k++) {
             mc_dtype dt = k_dtypes[k];
             for (int with_pos = 0; with_pos < 2; with_pos++) {
                 for (int inv = 0; inv < 2; inv++) {
@@ -608,7 +605,7 @@ static void test_rope(void) {
 
 static void test_activations(void) {
     int64_t n = 1003;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         for (int th = 0; th < 2; th++) {
             float *x = as_dtype(rnd(n, 3.0f), n, dt), *dy = as_dtype(rnd(n, 1.0f), n, dt);
@@ -653,7 +650,7 @@ static void test_dropout(void) {
     int64_t n = 4099;
     uint64_t seed = rng_next(), stream = rng_next() >> 20;
     float ps[2] = {0.1f, 0.0f};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         for (int pi = 0; pi < 2; pi++) {
             float p = ps[pi];
@@ -760,7 +757,7 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
 }
 
 static void test_xent(void) {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         xent_case(37, 4096, 500, dt, false); /* vector path */
         xent_case(37, 1003, 77, dt, false);  /* scalar path */
@@ -829,7 +826,7 @@ static void test_attention(void) {
         {128, 1, 2, 2, 128, 0.0f, true}, /* MHA, head_dim 128 */
         {33, 3, 6, 1, 32, 0.0f, false},  /* MQA, small head_dim */
     };
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < NDTYPES; k++)
         for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) attention_case(&cfgs[c], k_dtypes[k]);
 }
 
@@ -838,7 +835,7 @@ static void test_attention(void) {
 /* A sharded optimizer state, as with the distributed optimizer: segments sit at `offset`
  * in the state buffers (param, exp_avg, exp_avg_sq: ns elements) and at `grad_offset` in
  * the model's grad and param_copy (n elements). */
-static void test_adamw(void) {
+static void adamw_case(mc_dtype copy_dt) {
     int64_t n = 12000, ns = 10000;
     mc_adamw_segment segs[] = {
         {.offset = 0, .count = 100, .grad_offset = 2000, .weight_decay = 0.1f},
@@ -862,7 +859,7 @@ static void test_adamw(void) {
         upload(gpu, gp[r], F32, p0, ns);
         upload(gpu, gm[r], F32, m0, ns);
         upload(gpu, gv[r], F32, v0, ns);
-        gcopy[r] = mk1(gpu, BF16, NULL, n);
+        gcopy[r] = mk1(gpu, copy_dt, NULL, n);
     }
     float *gg = balloc(gpu, n * 4);
     for (int step = 1; step <= 3; step++) {
@@ -885,17 +882,23 @@ static void test_adamw(void) {
     int64_t pdiff = 0, cdiff = 0;
     for (int64_t i = 0; i < ns; i++) pdiff += memcmp(&rp[i], &cp[i], 4) != 0;
     uint16_t *rc = dl_raw(gpu, gcopy[0].data, n * 2);
-    for (int64_t i = 0; i < n; i++) cdiff += rc[i] != (state_of[i] >= 0 ? mc_f32_to_bf16(cp[state_of[i]]) : 0);
+    for (int64_t i = 0; i < n; i++) cdiff += rc[i] != (state_of[i] >= 0 ? bits16(copy_dt, cp[state_of[i]]) : 0);
     printf("  %-52s      %lld of %lld differ bitwise from the CPU\n", "adamw param bits", (long long)pdiff, (long long)ns);
-    printf("  %-52s      %lld of %lld wrong (BF16 at grad_offset; rest untouched)\n", "adamw param_copy",
-           (long long)cdiff, (long long)n);
-    CHECK(cdiff == 0, "adamw param_copy: %lld wrong", (long long)cdiff);
+    printf("  %-52s      %lld of %lld wrong (%s at grad_offset; rest untouched)\n", "adamw param_copy",
+           (long long)cdiff, (long long)n, mc_dtype_name(copy_dt));
+    CHECK(cdiff == 0, "adamw param_copy %s: %lld wrong", mc_dtype_name(copy_dt), (long long)cdiff);
     float *rp2 = dl_raw(gpu, gp[1], ns * 4), *rm2 = dl_raw(gpu, gm[1], ns * 4), *rv2 = dl_raw(gpu, gv[1], ns * 4);
     bool eq = memcmp(rp, rp2, ns * 4) == 0 && memcmp(rm, rm2, ns * 4) == 0 && memcmp(rv, rv2, ns * 4) == 0 &&
               memcmp(rc, dl_raw(gpu, gcopy[1].data, n * 2), n * 2) == 0;
     printf("  %-52s      %s\n", "adamw determinism (param, m, v, param_copy)", eq ? "bitwise equal" : "DIFFER  <-- FAIL");
     CHECK(eq, "adamw: two CUDA runs differ");
     release_all();
+}
+
+/* The parameter copy in BF16 (--bf16) and in F16 (--fp16). */
+static void test_adamw(void) {
+    adamw_case(BF16);
+    adamw_case(F16);
 }
 
 static void test_reductions(void) {
@@ -932,13 +935,16 @@ static void test_reductions(void) {
     int64_t cz = cpu->count_zeros(cpu, &cx), gz = gpu->count_zeros(gpu, &gx);
     printf("  %-52s      %lld vs %lld\n", "count_zeros", (long long)gz, (long long)cz);
     CHECK(cz == gz, "count_zeros: %lld vs %lld", (long long)gz, (long long)cz);
-    /* BF16 sumsq of rounded values */
-    float *xr = as_dtype(fcopy(x, n), n, BF16);
-    mc_tensor cxr = mk1(cpu, F32, xr, n), gxr = mk1(gpu, BF16, xr, n);
-    cs = cpu->sumsq(cpu, &cxr), gs = gpu->sumsq(gpu, &gxr);
-    rel = fabs(cs - gs) / cs;
-    printf("  %-52s      rel %.2e\n", "sumsq BF16", rel);
-    CHECK(rel < 1e-12, "sumsq BF16: relative error %.3e", rel);
+    /* 16-bit sumsq of rounded values */
+    for (int k = 1; k < NDTYPES; k++) {
+        mc_dtype dt = k_dtypes[k];
+        float *xr = as_dtype(fcopy(x, n), n, dt);
+        mc_tensor cxr = mk1(cpu, F32, xr, n), gxr = mk1(gpu, dt, xr, n);
+        cs = cpu->sumsq(cpu, &cxr), gs = gpu->sumsq(gpu, &gxr);
+        rel = fabs(cs - gs) / cs;
+        printf("  %-52s %-4s rel %.2e\n", "sumsq", mc_dtype_name(dt), rel);
+        CHECK(rel < 1e-12, "sumsq %s: relative error %.3e", mc_dtype_name(dt), rel);
+    }
     release_all();
 }
 

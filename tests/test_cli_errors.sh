@@ -63,6 +63,14 @@ expect log_dir_is_file "--log-dir $TMP/empty.txt" -- train "${BASE[@]}" --log-di
 expect sample_prompt_ids "--sample-prompt: NullTokenizer: token \"999\" is out of range [0, 128)" -- train "${BASE[@]}" --sample-prompt "1 999"
 expect warmup_too_long "the LR warmup (16 samples) must be shorter than the decay (4 samples" -- train "${BASE[@]}" --lr-warmup-iters 8
 expect dataloader_cyclic "--dataloader-type cyclic: the random (cyclic) sampler is not in this version yet" -- train "${BASE[@]}" --dataloader-type cyclic
+expect fp16_and_bf16 "--fp16 and --bf16 are mutually exclusive" -- train "${BASE[@]}" --fp16 --bf16
+expect loss_scale_zero "--loss-scale: 0 is out of range" -- train "${BASE[@]}" --fp16 --loss-scale 0
+expect loss_scale_negative "--loss-scale: -4 is out of range" -- train "${BASE[@]}" --fp16 --loss-scale -4
+expect initial_loss_scale_zero "--initial-loss-scale: 0 is out of range" -- train "${BASE[@]}" --fp16 --initial-loss-scale 0
+expect min_loss_scale_negative "--min-loss-scale: -1 is out of range" -- train "${BASE[@]}" --fp16 --min-loss-scale -1
+expect min_above_initial "--min-loss-scale 65536 must be positive and at most --initial-loss-scale 1024" -- train "${BASE[@]}" --fp16 --initial-loss-scale 1024 --min-loss-scale 65536
+expect hysteresis_zero "--hysteresis: 0 is out of range" -- train "${BASE[@]}" --fp16 --hysteresis 0
+expect loss_scale_window_zero "--loss-scale-window: 0 is out of range" -- train "${BASE[@]}" --fp16 --loss-scale-window 0
 expect recompute_full "--recompute-granularity full: whole-layer recomputation is not in this version yet" -- train "${BASE[@]}" --recompute-granularity full
 
 # Nothing may be left behind by the failed runs.

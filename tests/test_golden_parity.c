@@ -270,7 +270,7 @@ static void check_adamw_steps(const char *family) {
         CHECK_REL(loss_sum / ntok, losses[k], 1e-5, "loss of step %d", k + 1);
         CHECK_REL(gnorm, norms[k], 1e-4, "grad norm of step %d", k + 1);
         CHECK(fabs(lr - lrs[k]) <= 1e-12, "lr of step %d: %.17g vs %.17g", k + 1, lr, lrs[k]);
-        mc_optimizer_step(&opt, lr, wd, gnorm);
+        mc_optimizer_step(&opt, lr, wd, gnorm, 1.0);
     }
     double loss_sum, ntok;
     mc_model_forward_backward(m, &g.mb, false, 0, 1, false, &loss_sum, &ntok);

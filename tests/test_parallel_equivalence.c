@@ -3,7 +3,9 @@
  * on the CPU under `mpirun --oversubscribe`, fp32; the lm loss and grad norm of every
  * iteration within 1e-5 relative of the single-rank run, and the parameters after 10
  * iterations within 1e-5 relative (L2 per tensor). Overlapped and non-overlapped gradient
- * reduction and parameter gathering give identical results (bitwise). */
+ * reduction and parameter gathering give identical results (bitwise). With --fp16 (loss
+ * scaling, which the CPU runs in fp32) an inf gradient injected on one rank makes every
+ * rank skip that iteration, as the single-rank run does. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,23 +32,28 @@ static const char *k_common =
     "--attention-dropout 0 --hidden-dropout 0 --device cpu";
 
 typedef struct {
-    double loss[ITERS], norm[ITERS];
+    double loss[ITERS], norm[ITERS]; /* NaN: skipped on fp16 overflow (no loss or norm logged) */
     int n;
     mc_safetensors *params;
 } run_result;
 
-/* Runs one layout; np 1 runs without mpirun. */
-static int run(const char *name, int np, const char *model, const char *extra, run_result *r) {
-    char dir[512], cmd[4096];
+/* Runs one layout; np 1 runs without mpirun. `inject` (optional): the value of
+ * MC_TEST_INF_GRAD_AT_ITERATION, on world rank inject_rank. */
+static int run_injected(const char *name, int np, const char *model, const char *extra, const char *inject,
+                        int inject_rank, run_result *r) {
+    char dir[512], cmd[4096], env[256] = "";
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, name);
+    if (inject)
+        snprintf(env, sizeof env, "MC_TEST_INF_GRAD_AT_ITERATION=%s MC_TEST_INF_GRAD_RANK=%d ", inject, inject_rank);
     if (np == 1)
-        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s train %s %s %s --log-dir %s --export-params %s/params.st > %s.log 2>&1",
-                 g_bin, model, k_common, extra, dir, dir, dir);
+        snprintf(cmd, sizeof cmd, "%sOMP_NUM_THREADS=1 %s train %s %s %s --log-dir %s --export-params %s/params.st > %s.log 2>&1",
+                 env, g_bin, model, k_common, extra, dir, dir, dir);
     else
         snprintf(cmd, sizeof cmd,
-                 "OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS %s train %s %s "
-                 "%s --log-dir %s --export-params %s/params.st > %s.log 2>&1",
-                 np, g_bin, model, k_common, extra, dir, dir, dir);
+                 "%sOMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np %d -x OMP_NUM_THREADS %s %s train "
+                 "%s %s %s --log-dir %s --export-params %s/params.st > %s.log 2>&1",
+                 env, np, inject ? "-x MC_TEST_INF_GRAD_AT_ITERATION -x MC_TEST_INF_GRAD_RANK" : "", g_bin, model,
+                 k_common, extra, dir, dir, dir);
     int rc = system(cmd);
     CHECK(rc == 0, "%s exited with %d (see %s.log)", name, rc, dir);
     if (rc != 0) return -1;
@@ -60,9 +67,10 @@ static int run(const char *name, int np, const char *model, const char *extra, r
     while (fgets(line, sizeof line, f) && r->n < ITERS) {
         cJSON *o = cJSON_Parse(line);
         cJSON *it = cJSON_GetObjectItem(o, "iteration");
-        if (it && cJSON_GetObjectItem(o, "lm_loss") && !cJSON_GetObjectItem(o, "split")) {
-            r->loss[r->n] = cJSON_GetObjectItem(o, "lm_loss")->valuedouble;
-            r->norm[r->n] = cJSON_GetObjectItem(o, "grad_norm")->valuedouble;
+        if (it && !cJSON_GetObjectItem(o, "split")) {
+            cJSON *loss = cJSON_GetObjectItem(o, "lm_loss"), *norm = cJSON_GetObjectItem(o, "grad_norm");
+            r->loss[r->n] = loss ? loss->valuedouble : NAN;
+            r->norm[r->n] = norm ? norm->valuedouble : NAN;
             r->n++;
         }
         cJSON_Delete(o);
@@ -75,6 +83,10 @@ static int run(const char *name, int np, const char *model, const char *extra, r
     return r->n == ITERS && r->params ? 0 : -1;
 }
 
+static int run(const char *name, int np, const char *model, const char *extra, run_result *r) {
+    return run_injected(name, np, model, extra, NULL, 0, r);
+}
+
 static void free_result(run_result *r) {
     if (r->params) mc_safetensors_close(r->params);
     r->params = NULL;
@@ -84,6 +96,10 @@ static void free_result(run_result *r) {
 static void compare(const char *name, const run_result *ref, const run_result *r, double tol) {
     double worst = 0;
     for (int i = 0; i < ITERS; i++) {
+        if (isnan(ref->loss[i]) || isnan(r->loss[i])) {
+            CHECK(isnan(ref->loss[i]) && isnan(r->loss[i]), "%s iteration %d: skipped in one run only", name, i + 1);
+            continue;
+        }
         double dl = fabs(r->loss[i] - ref->loss[i]) / fabs(ref->loss[i]);
         double dn = fabs(r->norm[i] - ref->norm[i]) / fabs(ref->norm[i]);
         worst = fmax(worst, fmax(dl, dn));
@@ -161,6 +177,26 @@ static void test_overlap_on_off_identical(void) {
     free_result(&ovl);
 }
 
+/* --fp16 with an inf gradient on rank 1 only, at iteration 4: the data-parallel reduction
+ * (all-reduce, or reduce-scatter into rank 0's shard with the distributed optimizer, then
+ * the norm's sum over ranks) makes every rank skip it, as the single-rank run does. */
+static void test_dp2_fp16_ranks_skip_together(void) {
+    const char *fp16 = "--fp16 --hysteresis 1";
+    run_result single = {0}, dp2 = {0}, distopt = {0};
+    if (run_injected("single_fp16", 1, k_llama, fp16, "4", 0, &single) == 0) {
+        CHECK(isnan(single.loss[3]) && !isnan(single.loss[4]), "the single-rank run skips iteration 4 only");
+        if (run_injected("dp2_fp16", 2, k_llama, fp16, "4", 1, &dp2) == 0)
+            compare("dp2 fp16, inf on rank 1", &single, &dp2, 1e-5);
+        char extra[128];
+        snprintf(extra, sizeof extra, "%s --use-distributed-optimizer", fp16);
+        if (run_injected("dp2_fp16_distopt", 2, k_llama, extra, "4", 1, &distopt) == 0)
+            compare("dp2 distopt fp16 inf rank 1", &single, &distopt, 1e-5);
+    }
+    free_result(&single);
+    free_result(&dp2);
+    free_result(&distopt);
+}
+
 int main(void) {
     const char *build = getenv("MC_BUILD_DIR");
     snprintf(g_bin, sizeof g_bin, "%s/megatron-c", build ? build : "build");
@@ -179,6 +215,7 @@ int main(void) {
     RUN(test_tp2_dp2_distributed_optimizer);
     RUN(test_gpt2_tp2);
     RUN(test_overlap_on_off_identical);
+    RUN(test_dp2_fp16_ranks_skip_together);
     free_result(&g_llama);
     free_result(&g_gpt2);
     char cmd[300];

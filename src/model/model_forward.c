@@ -442,6 +442,16 @@ void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {
     run_forward(&p);
 }
 
+/* Element i of a host copy of activations of dtype dt, widened. */
+static double host_value(const char *host, mc_dtype dt, int64_t i) {
+    switch (dt) {
+    case MC_F64: return ((const double *)host)[i];
+    case MC_F32: return ((const float *)host)[i];
+    case MC_BF16: return mc_bf16_to_f32(((const uint16_t *)host)[i]);
+    default: return mc_f16_to_f32(((const uint16_t *)host)[i]); /* MC_F16 */
+    }
+}
+
 int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b) {
     mc_backend *be = m->be;
     int64_t row = t * mb->batch + b;
@@ -457,9 +467,7 @@ int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int6
     for (int64_t j = 0; j < V; j++) {
         int64_t id = m->vocab_start + j;
         if (id >= m->cfg.vocab_size) break; /* padding rows are not tokens */
-        double v = m->act_dtype == MC_F64 ? ((double *)host)[j]
-                   : m->act_dtype == MC_F32 ? (double)((float *)host)[j]
-                                             : (double)mc_bf16_to_f32(((uint16_t *)host)[j]);
+        double v = host_value(host, m->act_dtype, j);
         if (v > best) {
             best = v;
             best_id = id;
@@ -485,10 +493,7 @@ void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out) {
         mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc);
         be->linear_fwd(be, &logits, &x, &w, &none);
         be->copy_d2h(be, host, logits.data, (size_t)(nc * V) * esz);
-        for (int64_t i = 0; i < nc * V; i++)
-            out[c0 * V + i] = m->act_dtype == MC_F64 ? (float)((double *)host)[i]
-                              : m->act_dtype == MC_F32 ? ((float *)host)[i]
-                                                        : mc_bf16_to_f32(((uint16_t *)host)[i]);
+        for (int64_t i = 0; i < nc * V; i++) out[c0 * V + i] = (float)host_value(host, m->act_dtype, i);
     }
     free(host);
 }

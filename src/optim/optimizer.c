@@ -135,12 +135,17 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     return (int64_t)zeros;
 }
 
-void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm) {
+void mc_optimizer_zero_grads(mc_optimizer *o) {
     mc_model *m = o->model;
-    double scale = 1.0;
+    o->be->zero(o->be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
+}
+
+void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale) {
+    mc_model *m = o->model;
+    double scale = unscale;
     if (o->clip_grad > 0) {
         double coeff = o->clip_grad / (grad_norm + 1.0e-6); /* Megatron's clip_grad_by_total_norm_fp32 */
-        if (coeff < 1.0) scale = coeff;
+        if (coeff < 1.0) scale *= coeff;
     }
     for (int i = 0; i < o->nsegments; i++) o->segments[i].weight_decay = o->no_wd[i] ? 0.0f : (float)wd;
     o->step++;
@@ -160,5 +165,5 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm) 
         .step = o->step,
     };
     o->be->adamw(o->be, &d);
-    o->be->zero(o->be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
+    mc_optimizer_zero_grads(o);
 }

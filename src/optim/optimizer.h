@@ -41,15 +41,24 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
 void mc_optimizer_free(mc_optimizer *o);
 
 /* The global L2 norm of the gradients (tensor-parallel duplicates counted once, as
- * Megatron's get_grad_norm_fp32), after the data-parallel reduction. */
+ * Megatron's get_grad_norm_fp32), after the data-parallel reduction. It is the same on
+ * every rank (the sum of squares is reduced over the ranks that hold other parts, in a
+ * fixed order), and inf or NaN exactly when some gradient is: so it is also fp16's
+ * found_inf, agreed by all ranks. (Duplicates left out are bitwise copies of counted
+ * gradients, and data-parallel replicas are identical after the all-reduce.) */
 double mc_optimizer_grad_norm(mc_optimizer *o);
 /* The global L2 norm of the parameters (--log-params-norm). */
 double mc_optimizer_params_norm(mc_optimizer *o);
 int64_t mc_optimizer_count_zeros(mc_optimizer *o);
 
 /* One AdamW step with learning rate lr and weight decay wd (not applied to norms and
- * biases); grads are multiplied by Megatron's clip coefficient min(1, clip/(norm+1e-6)).
+ * biases); grads are multiplied by `unscale` (1 / the fp16 loss scale, else 1) and by
+ * Megatron's clip coefficient min(1, clip/(norm+1e-6)) of the unscaled norm grad_norm,
+ * in one factor (with a power-of-two unscale, exactly as unscaling first would round).
  * Writes this rank's updated parameters into the model's buffer and zeroes the gradients. */
-void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm);
+void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale);
+/* Zeroes the gradients without an update (a step skipped on fp16 overflow: neither the
+ * parameters nor Adam's moments and step count change). */
+void mc_optimizer_zero_grads(mc_optimizer *o);
 
 #endif

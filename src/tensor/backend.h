@@ -10,7 +10,7 @@
  *   gradients of norms (they add into the residual-stream gradient).
  * - Optional operands are passed as mc_tensor_none() (data == NULL).
  * - Dtypes: the CPU backend computes in F32, and in F64 for gradient checks; the CUDA
- *   backend in F32 and BF16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
+ *   backend in F32, BF16 and F16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
  *   tables and masks are F32, or F64 when the activations are F64. Weight gradients are
  *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32.
  *   Token ids and positions are I32.

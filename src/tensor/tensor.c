@@ -84,3 +84,37 @@ float mc_bf16_to_f32(uint16_t b) {
     memcpy(&f, &u, 4);
     return f;
 }
+
+uint16_t mc_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or NaN */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal half */
+        if (ax < 0x33000000u) return sign;                    /* <= 2^-25 rounds to 0 */
+        uint32_t e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* value * 2^24 = mant >> shift */
+        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu; /* rebias exponent 127 -> 15 */
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;   /* a carry into the exponent is right */
+    return (uint16_t)(sign | h);
+}
+
+float mc_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* zero or subnormal, exact */
+        return sign ? -v : v;
+    }
+    if (e == 31) x = sign | 0x7f800000u | (m << 13);
+    else x = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}

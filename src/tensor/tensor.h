@@ -60,6 +60,10 @@ static inline bool mc_tensor_present(const mc_tensor *t) { return t && t->data !
 /* bf16 <-> f32 on the host (round to nearest even), for tests and conversion. */
 uint16_t mc_f32_to_bf16(float f);
 float mc_bf16_to_f32(uint16_t b);
+/* IEEE binary16 <-> f32 on the host: round to nearest even, overflow to inf, NaN stays NaN
+ * (quiet). */
+uint16_t mc_f32_to_f16(float f);
+float mc_f16_to_f32(uint16_t h);
 
 #ifdef __cplusplus
 }

@@ -54,6 +54,12 @@ void mc_config_init(mc_config *c) {
     p->context_parallel_size = 1;
     p->expert_model_parallel_size = 1;
     p->distributed_timeout_minutes = 10;
+
+    mc_precision_config *pr = &c->precision;
+    pr->initial_loss_scale = 4294967296.0; /* 2^32 */
+    pr->min_loss_scale = 1.0;
+    pr->loss_scale_window = 1000;
+    pr->hysteresis = 2;
 }
 
 /* Every owned string field of the config: the one list that free, copy and hash use. */
@@ -274,6 +280,37 @@ static int validate_schedule(mc_config *c, mc_err *err) {
     return MC_OK;
 }
 
+/* --fp16/--bf16 and the loss-scaling flags (Megatron's arguments.py and the assertions of
+ * its DynamicGradScaler). Without --fp16 the loss-scaling flags are ignored, as in
+ * Megatron, with a note: launch scripts often keep them while switching to --bf16. */
+static int validate_precision(const mc_config *c, mc_err *err) {
+    const mc_precision_config *p = &c->precision;
+    if (p->fp16 && p->bf16) return mc_err_set(err, "--fp16 and --bf16 are mutually exclusive (choose one precision)");
+    if (!p->fp16) {
+        mc_config dflt;
+        mc_config_init(&dflt);
+        const mc_precision_config *d = &dflt.precision;
+        if (p->loss_scale != d->loss_scale || p->initial_loss_scale != d->initial_loss_scale ||
+            p->min_loss_scale != d->min_loss_scale || p->loss_scale_window != d->loss_scale_window ||
+            p->hysteresis != d->hysteresis)
+            mc_log_info("note: --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window and "
+                        "--hysteresis apply only with --fp16 (ignored)");
+        return MC_OK;
+    }
+    if (!(p->loss_scale >= 0) || isinf(p->loss_scale))
+        return mc_err_set(err, "--loss-scale %.10g must be a positive number (or unset for dynamic scaling)",
+                          p->loss_scale);
+    if (!(p->initial_loss_scale > 0) || isinf(p->initial_loss_scale))
+        return mc_err_set(err, "--initial-loss-scale %.10g must be a positive number", p->initial_loss_scale);
+    if (!(p->min_loss_scale > 0) || p->min_loss_scale > p->initial_loss_scale)
+        return mc_err_set(err, "--min-loss-scale %.10g must be positive and at most --initial-loss-scale %.10g",
+                          p->min_loss_scale, p->initial_loss_scale);
+    if (p->loss_scale_window < 1)
+        return mc_err_set(err, "--loss-scale-window %lld must be at least 1", (long long)p->loss_scale_window);
+    if (p->hysteresis < 1) return mc_err_set(err, "--hysteresis %d must be at least 1", p->hysteresis);
+    return MC_OK;
+}
+
 int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
     mc_parallel_config *p = &c->parallel;
     int tp = p->tensor_model_parallel_size, pp = p->pipeline_model_parallel_size, cp = p->context_parallel_size;
@@ -290,6 +327,7 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
     if (p->sequence_parallel && tp == 1) {
         p->sequence_parallel = false; /* Megatron: "disabling sequence parallelism because TP == 1" */
     }
+    MC_TRY(validate_precision(c, err));
     if (c->train.recompute_activations) c->train.recompute_granularity = 1;
     if (c->train.recompute_granularity == 2)
         return mc_err_set(err, "--recompute-granularity full: whole-layer recomputation is not in this version yet "

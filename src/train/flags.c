@@ -4,6 +4,7 @@
  * the spellings used in NVIDIA's and AMD's Megatron guides as aliases. Flags that mean
  * nothing here are accepted with a one-line note; flags whose feature this version lacks
  * fail with a clear message instead of being silently ignored. */
+#include <float.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -111,8 +112,8 @@ static const mc_arg_spec k_flags[] = {
     {"--no-persist-layer-norm", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "fusions are chosen by the backend (ignored)"},
     {"--cross-entropy-loss-fusion", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "the cross-entropy is always fused (ignored)"},
     {"--masked-softmax-fusion", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "fusions are chosen by the backend (ignored)"},
-    {"--no-check-for-nan-in-loss-and-grad", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "NaN losses and gradients are always checked (ignored)"},
-    {"--check-for-nan-in-loss-and-grad", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "NaN losses and gradients are always checked"},
+    {"--no-check-for-nan-in-loss-and-grad", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "NaN losses and gradients are always checked (with --fp16: the step is skipped) (ignored)"},
+    {"--check-for-nan-in-loss-and-grad", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "NaN losses and gradients are always checked (with --fp16: the step is skipped)"},
     {"--manual-gc", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "there is no garbage collector (ignored)"},
     {"--empty-unused-memory-level", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "memory is planned up front (ignored)"},
     {"--distributed-backend", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "MPI bootstraps, NCCL carries device collectives (ignored)"},
@@ -120,7 +121,7 @@ static const mc_arg_spec k_flags[] = {
     {"--num-workers", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "one loader thread prefetches batches (ignored)"},
     {"--no-create-attention-mask-in-dataloader", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "causal masks are never materialized (ignored)"},
     {"--bf16", MC_ARG_TRUE, F(precision.bf16), "bf16 mixed precision (CUDA backend; the CPU trains in fp32)"},
-    {"--fp16", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "fp16 with loss scaling arrives with the CUDA backend"},
+    {"--fp16", MC_ARG_TRUE, F(precision.fp16), "fp16 mixed precision with loss scaling (CUDA backend; the CPU computes in fp32 and still scales)"},
     {"--fp8-format", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
     {"--fp8-hybrid", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_FP8 " (alias of --fp8-format hybrid)"},
     {"--fp8-recipe", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
@@ -176,11 +177,12 @@ static const mc_arg_spec k_flags[] = {
     {"--optimizer-cpu-offload", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "optimizer offload arrives with the memory work"},
     {"--cpu-optimizer-type", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "optimizer offload arrives with the memory work"},
     {"--use-precision-aware-optimizer", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "the precision-aware optimizer is not in this version yet"},
-    {"--initial-loss-scale", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "loss scaling arrives with --fp16 on the CUDA backend"},
-    {"--min-loss-scale", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "loss scaling arrives with --fp16 on the CUDA backend"},
-    {"--loss-scale", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "loss scaling arrives with --fp16 on the CUDA backend"},
-    {"--loss-scale-window", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "loss scaling arrives with --fp16 on the CUDA backend"},
-    {"--hysteresis", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "loss scaling arrives with --fp16 on the CUDA backend"},
+    /* Scales are fp32 in Megatron: positive normal floats. */
+    {"--loss-scale", MC_ARG_DOUBLE, F(precision.loss_scale), "--fp16: constant loss scale (default: dynamic)", RANGE(FLT_MIN, FLT_MAX)},
+    {"--initial-loss-scale", MC_ARG_DOUBLE, F(precision.initial_loss_scale), "--fp16: first dynamic loss scale (2^32)", RANGE(FLT_MIN, FLT_MAX)},
+    {"--min-loss-scale", MC_ARG_DOUBLE, F(precision.min_loss_scale), "--fp16: smallest dynamic loss scale", RANGE(FLT_MIN, FLT_MAX)},
+    {"--loss-scale-window", MC_ARG_INT64, F(precision.loss_scale_window), "--fp16: clean steps before the dynamic scale doubles", RANGE(1, 1e15)},
+    {"--hysteresis", MC_ARG_INT, F(precision.hysteresis), "--fp16: overflows tolerated before the dynamic scale halves", RANGE(1, 1e6)},
 
     /* ---- parallelism ---- */
     {"--tensor-model-parallel-size", MC_ARG_INT, F(parallel.tensor_model_parallel_size), "TP", RANGE(1, 1e6)},

@@ -20,9 +20,9 @@ void mc_log_format_iteration(char *buf, size_t size, const mc_iter_log *l) {
     APPEND(" throughput per GPU (TFLOP/s/GPU): %.1f |", l->tflops_per_gpu);
     APPEND(" learning rate: %.6E |", l->learning_rate);
     APPEND(" global batch size: %5d |", l->global_batch_size);
-    APPEND(" lm loss: %.6E |", l->lm_loss);
+    if (l->have_lm_loss) APPEND(" lm loss: %.6E |", l->lm_loss);
     APPEND(" loss scale: %.1f |", l->loss_scale);
-    APPEND(" grad norm: %.3f |", l->grad_norm);
+    if (l->have_grad_norm) APPEND(" grad norm: %.3f |", l->grad_norm);
     if (l->have_num_zeros) APPEND(" num zeros: %.1f |", (double)l->num_zeros);
     if (l->have_params_norm) APPEND(" params norm: %.3f |", l->params_norm);
     APPEND(" number of skipped iterations: %3lld |", (long long)l->skipped_iters);
@@ -84,9 +84,9 @@ void mc_metrics_write_iteration(mc_metrics_file *m, const mc_iter_log *l) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "iteration", (double)l->iteration);
     cJSON_AddNumberToObject(o, "consumed_samples", (double)l->consumed_samples);
-    cJSON_AddNumberToObject(o, "lm_loss", l->lm_loss);
+    if (l->have_lm_loss) cJSON_AddNumberToObject(o, "lm_loss", l->lm_loss);
     cJSON_AddNumberToObject(o, "learning_rate", l->learning_rate);
-    cJSON_AddNumberToObject(o, "grad_norm", l->grad_norm);
+    if (l->have_grad_norm) cJSON_AddNumberToObject(o, "grad_norm", l->grad_norm);
     cJSON_AddNumberToObject(o, "loss_scale", l->loss_scale);
     cJSON_AddNumberToObject(o, "global_batch_size", l->global_batch_size);
     cJSON_AddNumberToObject(o, "elapsed_ms_per_iteration", l->elapsed_ms);

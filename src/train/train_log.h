@@ -17,14 +17,19 @@ typedef struct mc_iter_log {
     double tflops_per_gpu;
     double learning_rate;
     int global_batch_size;
-    double lm_loss;           /* averaged over the interval */
+    /* Averaged over the interval's iterations that were not skipped (fp16 overflow);
+     * absent, as in Megatron, when every one was. */
+    bool have_lm_loss;
+    double lm_loss;
     double loss_scale;
+    bool have_grad_norm;      /* false when the last iteration was skipped (no norm) */
     double grad_norm;
     bool have_num_zeros;
     int64_t num_zeros;
     bool have_params_norm;
     double params_norm;
-    int64_t skipped_iters, nan_iters;
+    int64_t skipped_iters;    /* in the interval; fp16 overflows */
+    int64_t nan_iters;        /* skipped iterations whose loss was inf or NaN */
     double tokens_per_sec_per_gpu;
     double mfu;               /* fraction of peak */
 } mc_iter_log;

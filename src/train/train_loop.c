@@ -27,6 +27,12 @@ static void print_setup(const mc_trainer *t) {
     mc_log_info("> global batch size %d = micro batch %d x data parallel %d x %d micro-batches; %lld iterations",
                 c->train.global_batch_size, c->train.micro_batch_size, t->dp, t->num_microbatches,
                 (long long)t->train_iters);
+    const mc_loss_scaler *ls = &t->scaler;
+    if (c->precision.fp16 && ls->dynamic)
+        mc_log_info("> fp16: dynamic loss scale from %.1f (min %.1f, window %lld, hysteresis %d)", ls->scale,
+                    ls->min_scale, (long long)ls->window, ls->hysteresis);
+    else if (c->precision.fp16)
+        mc_log_info("> fp16: constant loss scale %.1f", ls->scale);
     mc_log_info("> MFU peak: %.3f TFLOP/s per device (%s)", t->peak_tflops,
                 c->log.peak_tflops > 0 ? "--peak-tflops"
                 : t->be->device == MC_DEVICE_CUDA ? "dense bf16 peak"
@@ -56,12 +62,18 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
     bool do_valid = c->train.eval_iters > 0 && mc_data_split_len(t->data, MC_SPLIT_VALID) > 0;
     bool do_test = c->train.eval_iters > 0 && mc_data_split_len(t->data, MC_SPLIT_TEST) > 0;
     double acc_loss = 0, acc_ms = 0, acc_tflops = 0, acc_tok = 0;
-    int64_t acc_n = 0;
+    int64_t acc_n = 0, acc_advanced = 0, acc_skipped = 0, acc_nan = 0;
     bool memory_reported = false;
     while (t->iteration < t->train_iters) {
         mc_step_stats st;
         MC_TRY(mc_trainer_step(t, &st, err));
-        acc_loss += st.lm_loss;
+        if (st.skipped) { /* Megatron's training_log: skipped iterations stay out of the loss */
+            acc_skipped++;
+            acc_nan += !isfinite(st.lm_loss);
+        } else {
+            acc_loss += st.lm_loss;
+            acc_advanced++;
+        }
         acc_ms += st.elapsed_ms;
         acc_n++;
         int64_t it = t->iteration;
@@ -79,13 +91,17 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
                 .tflops_per_gpu = acc_tflops,
                 .learning_rate = st.learning_rate,
                 .global_batch_size = c->train.global_batch_size,
-                .lm_loss = acc_loss / (double)acc_n,
-                .loss_scale = 1.0,
+                .have_lm_loss = acc_advanced > 0,
+                .lm_loss = acc_advanced > 0 ? acc_loss / (double)acc_advanced : 0.0,
+                .loss_scale = st.loss_scale,
+                .have_grad_norm = !st.skipped,
                 .grad_norm = st.grad_norm,
-                .have_num_zeros = c->log.log_num_zeros_in_grad,
+                .have_num_zeros = c->log.log_num_zeros_in_grad && !st.skipped,
                 .num_zeros = st.num_zeros,
                 .have_params_norm = c->log.log_params_norm,
                 .params_norm = c->log.log_params_norm ? mc_optimizer_params_norm(&t->opt) : 0.0,
+                .skipped_iters = acc_skipped,
+                .nan_iters = acc_nan,
                 .tokens_per_sec_per_gpu = acc_tok,
                 .mfu = acc_tflops / t->peak_tflops,
             };
@@ -98,7 +114,7 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
                 memory_reported = true;
             }
             acc_loss = acc_ms = 0;
-            acc_n = 0;
+            acc_n = acc_advanced = acc_skipped = acc_nan = 0;
         }
         if (c->train.eval_interval > 0 && it % c->train.eval_interval == 0 && do_valid) {
             char prefix[64];

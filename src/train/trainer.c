@@ -24,6 +24,9 @@ static int pick_backend(mc_trainer *t, mc_err *err) {
     t->be = mc_backend_cpu_create();
     if (t->cfg.precision.bf16)
         mc_log_info("note: --bf16: the CPU backend trains in fp32 (bf16 applies on the CUDA backend)");
+    if (t->cfg.precision.fp16)
+        mc_log_info("note: --fp16: the CPU backend trains in fp32 (fp16 applies on the CUDA backend); loss scaling "
+                    "and skipping overflowed steps still run");
     return MC_OK;
 }
 
@@ -71,6 +74,7 @@ static int setup(mc_trainer *t, mc_err *err) {
 
     mc_dtype pdt = MC_F32, adt = MC_F32;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
+    if (t->be->device == MC_DEVICE_CUDA && cfg->precision.fp16) pdt = adt = MC_F16;
     mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
     MC_TRY(mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err));
     mc_model_init_params(&t->model, cfg->train.seed);
@@ -78,6 +82,12 @@ static int setup(mc_trainer *t, mc_err *err) {
     mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
                 cfg->parallel.overlap_param_gather);
     mc_lr_schedule_init(&t->sched, cfg);
+    const mc_precision_config *pr = &cfg->precision;
+    if (pr->fp16 && pr->loss_scale == 0)
+        mc_loss_scaler_init_dynamic(&t->scaler, pr->initial_loss_scale, pr->min_loss_scale, pr->loss_scale_window,
+                                    pr->hysteresis);
+    else
+        mc_loss_scaler_init_constant(&t->scaler, pr->fp16 ? pr->loss_scale : 1.0);
 
     mc_batch_init(&t->host_batch, cfg->train.micro_batch_size, cfg->model.seq_length);
     size_t N = (size_t)cfg->train.micro_batch_size * (size_t)cfg->model.seq_length;
@@ -217,6 +227,27 @@ static void maybe_inject_exit(const mc_trainer *t) {
     _exit(1);
 }
 
+/* Fault injection for the loss-scaling tests: MC_TEST_INF_GRAD_AT_ITERATION=i[,j...] puts
+ * +inf into one gradient (the first element of the first parameter) on world rank
+ * MC_TEST_INF_GRAD_RANK (default 0) before iteration i's backward, as an fp16 overflow
+ * would: backward accumulates onto it, and the data-parallel reduction carries it to the
+ * ranks that share the gradient. */
+static void maybe_inject_inf_grad(mc_trainer *t) {
+    const char *list = getenv("MC_TEST_INF_GRAD_AT_ITERATION"), *rank = getenv("MC_TEST_INF_GRAD_RANK");
+    if (!list || t->comm.rank != (rank ? atoi(rank) : 0)) return;
+    for (const char *p = list; *p;) {
+        char *end;
+        long long it = strtoll(p, &end, 10);
+        if (end == p) return;
+        if (it == t->iteration + 1) {
+            const float inf = INFINITY;
+            t->be->copy_h2d(t->be, (float *)t->model.grad_buf + t->model.params[0].offset, &inf, sizeof inf);
+            return;
+        }
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
 int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     const mc_config *cfg = &t->cfg;
     int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
@@ -225,6 +256,8 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
         return mc_err_set(err, "training is complete (%lld iterations)", (long long)t->train_iters);
     if (!t->train_loader) MC_TRY(start_train_loader(t, err));
     maybe_inject_exit(t);
+    maybe_inject_inf_grad(t);
+    const double loss_scale = t->scaler.scale;
     double t0 = mc_time_now();
     double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
     for (int micro = 0; micro < M; micro++) {
@@ -239,8 +272,9 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
                   (long long)first);
         double ntok = mc_trainer_upload_batch(t, hb);
         /* Megatron: each micro-batch's loss is its token mean divided by the number of
-         * micro-batches; DDP then averages over data-parallel ranks. */
-        double grad_scale = ntok > 0 ? 1.0 / (ntok * M * t->dp) : 0.0;
+         * micro-batches; DDP then averages over data-parallel ranks. With --fp16 the
+         * backward seed is also multiplied by the loss scale. */
+        double grad_scale = ntok > 0 ? loss_scale / (ntok * M * t->dp) : 0.0;
         uint64_t stream = 1 + (uint64_t)(t->iteration * M + micro) * (uint64_t)t->dp + (uint64_t)t->comm.dp_rank;
         double loss_sum, num_tokens;
         mc_ddp_begin_microbatch(&t->ddp, micro == M - 1);
@@ -252,16 +286,27 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
 
     double loss = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
-    double gnorm = mc_optimizer_grad_norm(&t->opt);
-    if (!isfinite(loss) || !isfinite(gnorm))
+    double gnorm = mc_optimizer_grad_norm(&t->opt) / loss_scale;
+    /* fp16: an inf or NaN gradient (the norm is then inf or NaN on every rank) is an
+     * overflow of the scaled loss: the step is skipped and the scaler backs off. Otherwise
+     * a non-finite loss or gradient is an error, as Megatron's NaN check. */
+    bool found_inf = !isfinite(gnorm), skipped = found_inf && cfg->precision.fp16;
+    if (!skipped && (!isfinite(loss) || found_inf))
         return mc_err_set(err, "iteration %lld: %s is %s (learning rate too high, or bad data); stopping",
                           (long long)(t->iteration + 1), isfinite(loss) ? "the gradient norm" : "the lm loss",
                           isnan(isfinite(loss) ? gnorm : loss) ? "NaN" : "Inf");
-    int64_t zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
-    double lr = mc_lr_at(&t->sched, (double)t->consumed_train_samples);
-    double wd = mc_wd_at(&t->sched, (double)t->consumed_train_samples);
-    mc_optimizer_step(&t->opt, lr, wd, gnorm);
-    mc_ddp_gather_params(&t->ddp);
+    int64_t zeros = 0;
+    if (skipped) {
+        mc_optimizer_zero_grads(&t->opt);
+    } else {
+        zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
+        double lr = mc_lr_at(&t->sched, (double)t->sched_samples);
+        double wd = mc_wd_at(&t->sched, (double)t->sched_samples);
+        mc_optimizer_step(&t->opt, lr, wd, gnorm, 1.0 / loss_scale);
+        mc_ddp_gather_params(&t->ddp);
+        t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
+    }
+    mc_loss_scaler_update(&t->scaler, found_inf);
     be->sync(be);
     t->consumed_train_samples += cfg->train.global_batch_size;
     t->iteration++;
@@ -274,12 +319,14 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
         st->lm_loss = loss;
         st->grad_norm = gnorm;
         /* Megatron prints the scheduler's value after its step: the next update's rate. */
-        st->learning_rate = mc_lr_at(&t->sched, (double)t->consumed_train_samples);
+        st->learning_rate = mc_lr_at(&t->sched, (double)t->sched_samples);
         st->elapsed_ms = dt * 1e3;
         int world = t->comm.world_size;
         st->tflops_per_gpu = t->flops_per_iteration / (dt * 1e12 * world);
         st->tokens_per_sec_per_gpu = (double)cfg->train.global_batch_size * cfg->model.seq_length / dt / world;
         st->num_zeros = zeros;
+        st->skipped = skipped;
+        st->loss_scale = t->scaler.scale;
     }
     return MC_OK;
 }

@@ -8,6 +8,7 @@
 #include "megatron.h"
 #include "model/model.h"
 #include "optim/ddp.h"
+#include "optim/loss_scale.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/train_log.h"
@@ -20,11 +21,18 @@ struct mc_trainer {
     mc_optimizer opt;
     mc_ddp ddp;
     mc_lr_schedule sched;
+    /* --fp16's loss scaler; a constant 1 otherwise. Its state goes into checkpoints with
+     * the optimizer's when they arrive (optim/loss_scale.h). */
+    mc_loss_scaler scaler;
     mc_data *data;
     mc_loader *train_loader;   /* prefetches training micro-batches on its own thread */
     int dp, num_microbatches;
     int64_t train_iters;
     int64_t iteration, consumed_train_samples, consumed_valid_samples;
+    /* Samples the LR schedule has advanced by (Megatron's OptimizerParamScheduler
+     * num_steps): the consumed samples less those of iterations skipped on fp16 overflow.
+     * Checkpoints will save it beside the consumed samples. */
+    int64_t sched_samples;
     double peak_tflops;        /* per device, for MFU */
     double flops_per_iteration;
 

@@ -102,41 +102,6 @@ int mc_cpu_threads(void) { return omp_get_max_threads(); }
 
 /* ---- conversion ---- */
 
-/* IEEE binary16, round to nearest even; overflow to inf, NaN stays NaN (quiet). */
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf or NaN */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0u));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
-    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal half */
-        if (ax < 0x33000000u) return sign;                    /* <= 2^-25 rounds to 0 */
-        uint32_t e = ax >> 23, mant = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - e; /* value * 2^24 = mant >> shift */
-        uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1u))) h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu; /* rebias exponent 127 -> 15 */
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;   /* a carry into the exponent is right */
-    return (uint16_t)(sign | h);
-}
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f; /* zero or subnormal, exact */
-        return sign ? -v : v;
-    }
-    if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e + 112) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
 bool mc_cpu_convertible(mc_dtype dt) { return dt == MC_F32 || dt == MC_BF16 || dt == MC_F16 || dt == MC_F64; }
 
 static void load_f32(float *dst, const void *src, mc_dtype dt, int64_t i0, int64_t n) {
@@ -146,7 +111,7 @@ static void load_f32(float *dst, const void *src, mc_dtype dt, int64_t i0, int64
         for (int64_t i = 0; i < n; i++) dst[i] = mc_bf16_to_f32(((const uint16_t *)src)[i0 + i]);
         break;
     case MC_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)src)[i0 + i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = mc_f16_to_f32(((const uint16_t *)src)[i0 + i]);
         break;
     default: /* MC_F64 */
         for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i0 + i];
@@ -161,7 +126,7 @@ void mc_cpu_store_f32(void *dst, mc_dtype dt, int64_t i0, const float *src, int6
         for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i0 + i] = mc_f32_to_bf16(src[i]);
         break;
     case MC_F16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i0 + i] = f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i0 + i] = mc_f32_to_f16(src[i]);
         break;
     default: /* MC_F64 */
         for (int64_t i = 0; i < n; i++) ((double *)dst)[i0 + i] = src[i];

@@ -85,8 +85,7 @@ void mc_cuda_gelu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, bool tan
     int64_t n = mc_tensor_numel(x);
     mc_cuda_check_numel("gelu_fwd", "y", y, n);
     if (n == 0) return;
-    if (x->dtype == MC_F32) launch_gelu_fwd<float>(st, (float *)y->data, (const float *)x->data, n, tanh);
-    else launch_gelu_fwd<__nv_bfloat16>(st, (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)x->data, n, tanh);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, "gelu_fwd", T, launch_gelu_fwd<T>(st, (T *)y->data, (const T *)x->data, n, tanh));
 }
 
 void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh) {
@@ -98,11 +97,8 @@ void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const 
     mc_cuda_check_numel("gelu_bwd", "dy", dy, n);
     mc_cuda_check_numel("gelu_bwd", "dx", dx, n);
     if (n == 0) return;
-    if (x->dtype == MC_F32)
-        launch_gelu_bwd<float>(st, (float *)dx->data, (const float *)dy->data, (const float *)x->data, n, tanh);
-    else
-        launch_gelu_bwd<__nv_bfloat16>(st, (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data,
-                                       (const __nv_bfloat16 *)x->data, n, tanh);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, "gelu_bwd", T,
+                           launch_gelu_bwd<T>(st, (T *)dx->data, (const T *)dy->data, (const T *)x->data, n, tanh));
 }
 
 /* ---- SwiGLU: group = 8 consecutive columns j of one row t ---- */
@@ -171,8 +167,7 @@ void mc_cuda_swiglu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
     int64_t rows = mc_cuda_rows(x), f = mc_cuda_cols(x) / 2;
     mc_cuda_check_2d(op, "y", y, rows, f);
     if (rows == 0 || f == 0) return;
-    if (x->dtype == MC_F32) launch_swiglu_fwd<float>(st, (float *)y->data, (const float *)x->data, rows, f);
-    else launch_swiglu_fwd<__nv_bfloat16>(st, (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)x->data, rows, f);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T, launch_swiglu_fwd<T>(st, (T *)y->data, (const T *)x->data, rows, f));
 }
 
 /* dx [N, 2f] may even alias x: each thread writes exactly the gate/up elements it read. */
@@ -187,9 +182,6 @@ void mc_cuda_swiglu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, cons
     mc_cuda_check_2d(op, "dy", dy, rows, f);
     mc_cuda_check_2d(op, "dx", dx, rows, 2 * f);
     if (rows == 0 || f == 0) return;
-    if (x->dtype == MC_F32)
-        launch_swiglu_bwd<float>(st, (float *)dx->data, (const float *)dy->data, (const float *)x->data, rows, f);
-    else
-        launch_swiglu_bwd<__nv_bfloat16>(st, (__nv_bfloat16 *)dx->data, (const __nv_bfloat16 *)dy->data,
-                                         (const __nv_bfloat16 *)x->data, rows, f);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                           launch_swiglu_bwd<T>(st, (T *)dx->data, (const T *)dy->data, (const T *)x->data, rows, f));
 }

@@ -291,14 +291,9 @@ double mc_cuda_sumsq(mc_backend *be, const mc_tensor *x) {
     if (n == 0) return 0.0;
     unsigned grid = red_grid(st, (n + 7) / 8);
     bool vec = mc_cuda_aligned16(x->data);
-    if (x->dtype == MC_F32) {
-        if (vec) sumsq_kernel<float, true><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, (const float *)x->data, n);
-        else sumsq_kernel<float, false><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, (const float *)x->data, n);
-    } else {
-        const __nv_bfloat16 *p = (const __nv_bfloat16 *)x->data;
-        if (vec) sumsq_kernel<__nv_bfloat16, true><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n);
-        else sumsq_kernel<__nv_bfloat16, false><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n);
-    }
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T, const T *p = (const T *)x->data;
+        if (vec) sumsq_kernel<T, true><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n);
+        else sumsq_kernel<T, false><<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, p, n));
     MC_CUDA_LAUNCHED(st, op);
     finish_sum_kernel<<<1, RED_THREADS, 0, st->stream>>>((double *)st->red_result, st->red_partials, (int)grid);
     MC_CUDA_LAUNCHED(st, op);
@@ -337,14 +332,9 @@ int64_t mc_cuda_count_zeros(mc_backend *be, const mc_tensor *x) {
     unsigned grid = red_grid(st, (n + 7) / 8);
     bool vec = mc_cuda_aligned16(x->data);
     unsigned long long *res = (unsigned long long *)st->red_result;
-    if (x->dtype == MC_F32) {
-        if (vec) count_zeros_kernel<float, true><<<grid, RED_THREADS, 0, st->stream>>>(res, (const float *)x->data, n);
-        else count_zeros_kernel<float, false><<<grid, RED_THREADS, 0, st->stream>>>(res, (const float *)x->data, n);
-    } else {
-        const __nv_bfloat16 *p = (const __nv_bfloat16 *)x->data;
-        if (vec) count_zeros_kernel<__nv_bfloat16, true><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n);
-        else count_zeros_kernel<__nv_bfloat16, false><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n);
-    }
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T, const T *p = (const T *)x->data;
+        if (vec) count_zeros_kernel<T, true><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n);
+        else count_zeros_kernel<T, false><<<grid, RED_THREADS, 0, st->stream>>>(res, p, n));
     MC_CUDA_LAUNCHED(st, op);
     fetch_result(st, op, sizeof(unsigned long long));
     return (int64_t)*(const unsigned long long *)st->host_result;

@@ -5,8 +5,9 @@
  * Kernel choice:
  *   - BF16 with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
  *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
- *   - everything else (F32, other head dims up to 256): the simple tiled kernels of
- *     attention_simple.cu, F32 math (they are what the F32 CPU-equivalence tests run).
+ *   - everything else (F32, F16, other head dims up to 256): the simple tiled kernels of
+ *     attention_simple.cu, F32 math (they are what the F32 CPU-equivalence tests run;
+ *     F16, used by --fp16 only, is slow there but exact enough).
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
  * wrong result between the two paths).
  *
@@ -57,6 +58,9 @@ void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, cons
                              const __nv_bfloat16 *out) {
     attn_launch_rowdot<__nv_bfloat16>(st, g, D, dout, out);
 }
+void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out) {
+    attn_launch_rowdot<__half>(st, g, D, dout, out);
+}
 
 /* ---------------------------------------------------------------- checks and dispatch */
 
@@ -80,8 +84,8 @@ static attn_geom attn_geometry(const char *op, const mc_attn_desc *d, const mc_t
     MC_ASSERT(d->head_dim <= ATTN_SIMPLE_MAX_D, "cuda %s: head_dim %d is above the supported %d", op, d->head_dim,
               ATTN_SIMPLE_MAX_D);
     MC_ASSERT(qkv && qkv->data, "cuda %s: qkv is missing", op);
-    MC_ASSERT(qkv->dtype == MC_F32 || qkv->dtype == MC_BF16, "cuda %s: qkv is %s; F32 and BF16 are supported", op,
-              mc_dtype_name(qkv->dtype));
+    MC_ASSERT(qkv->dtype == MC_F32 || qkv->dtype == MC_BF16 || qkv->dtype == MC_F16,
+              "cuda %s: qkv is %s; F32, BF16 and F16 are supported", op, mc_dtype_name(qkv->dtype));
     attn_geom g;
     memset(&g, 0, sizeof g);
     g.S = (int)d->seq;
@@ -133,6 +137,8 @@ extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_te
     attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
     if (dt == MC_F32) {
         attn_simple_fwd_f32(stream, g, (float *)out->data, (float *)lse->data, (const float *)qkv->data);
+    } else if (dt == MC_F16) {
+        attn_simple_fwd_f16(stream, g, (__half *)out->data, (float *)lse->data, (const __half *)qkv->data);
     } else if (attn_use_mma(g, dt, qkv->data, out->data, NULL, NULL)) {
         attn_mma_fwd(stream, g, (__nv_bfloat16 *)out->data, (float *)lse->data, (const __nv_bfloat16 *)qkv->data);
     } else {
@@ -177,6 +183,12 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     if (dt == MC_F32) {
         attn_launch_rowdot_f32(stream, g, D, (const float *)dout->data, (const float *)out->data);
         attn_simple_bwd_f32(stream, g, (float *)dqkv->data, (const float *)dout->data, (const float *)qkv->data,
+                            (const float *)lse->data, D);
+        return;
+    }
+    if (dt == MC_F16) {
+        attn_launch_rowdot_f16(stream, g, D, (const __half *)dout->data, (const __half *)out->data);
+        attn_simple_bwd_f16(stream, g, (__half *)dqkv->data, (const __half *)dout->data, (const __half *)qkv->data,
                             (const float *)lse->data, D);
         return;
     }

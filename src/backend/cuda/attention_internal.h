@@ -12,6 +12,7 @@
 #define MC_BACKEND_CUDA_ATTENTION_INTERNAL_H
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -95,8 +96,10 @@ __device__ __forceinline__ void attn_drop_factor2(const attn_geom &g, uint64_t i
 
 __device__ __forceinline__ float attn_load(const float *p) { return *p; }
 __device__ __forceinline__ float attn_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float attn_load(const __half *p) { return __half2float(*p); }
 __device__ __forceinline__ void attn_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void attn_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void attn_store(__half *p, float v) { *p = __float2half_rn(v); }
 
 /* ---- tensor-core primitives (sm_80+ PTX: fine for the compute_90 and sm_90a targets) ---- */
 
@@ -167,13 +170,14 @@ __host__ __device__ __forceinline__ int attn_cdiv(int64_t a, int64_t b) { return
 
 /* ---- launchers (each file's entry points) ---- */
 
-/* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32 or BF16 dO and O. */
+/* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32, BF16 or F16 dO and O. */
 void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out);
 void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *out);
+void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out);
 
-/* attention_simple.cu: the simple tiled kernels (any d <= ATTN_SIMPLE_MAX_D), F32 math on F32
- * or BF16 data. */
+/* attention_simple.cu: the simple tiled kernels (any d <= ATTN_SIMPLE_MAX_D), F32 math on F32,
+ * BF16 or F16 data. */
 #define ATTN_SIMPLE_MAX_D 256
 void attn_simple_fwd_f32(cudaStream_t st, const attn_geom &g, float *out, float *lse, const float *qkv);
 void attn_simple_fwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse,
@@ -182,6 +186,9 @@ void attn_simple_bwd_f32(cudaStream_t st, const attn_geom &g, float *dqkv, const
                          const float *lse, const float *D);
 void attn_simple_bwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                           const __nv_bfloat16 *qkv, const float *lse, const float *D);
+void attn_simple_fwd_f16(cudaStream_t st, const attn_geom &g, __half *out, float *lse, const __half *qkv);
+void attn_simple_bwd_f16(cudaStream_t st, const attn_geom &g, __half *dqkv, const __half *dout, const __half *qkv,
+                         const float *lse, const float *D);
 
 /* attention_bf16_fwd.cu / attention_bf16_bwd.cu: tensor-core kernels for d = 64 and 128;
  * the caller checked d and 16-byte alignment. */

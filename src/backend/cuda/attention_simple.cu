@@ -1,7 +1,7 @@
 /* attention_simple.cu: the simple tiled attention kernels: any head_dim <= 256, F32 math on
- * F32 or BF16 data. They run the F32 path (which must match the CPU reference to 1e-5, so
- * they follow its arithmetic: q scaled before the dot product, expf, o * (1/l), dS =
- * p (dp z - D) scale) and every BF16 shape the tensor-core kernels do not take.
+ * F32, BF16 or F16 data. They run the F32 path (which must match the CPU reference to 1e-5,
+ * so they follow its arithmetic: q scaled before the dot product, expf, o * (1/l), dS =
+ * p (dp z - D) scale), every BF16 shape the tensor-core kernels do not take, and F16.
  *
  * Tiles: 32 queries x 32 keys, 256 threads (8 warps). Operand tiles are staged in shared
  * memory as F32 rows of stride d|1 (odd, so that 32 lanes reading 32 different rows at the
@@ -405,4 +405,11 @@ void attn_simple_bwd_f32(cudaStream_t st, const attn_geom &g, float *dqkv, const
 void attn_simple_bwd_bf16(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                           const __nv_bfloat16 *qkv, const float *lse, const float *D) {
     simple_bwd<__nv_bfloat16>(st, g, dqkv, dout, qkv, lse, D);
+}
+void attn_simple_fwd_f16(cudaStream_t st, const attn_geom &g, __half *out, float *lse, const __half *qkv) {
+    simple_fwd<__half>(st, g, out, lse, qkv);
+}
+void attn_simple_bwd_f16(cudaStream_t st, const attn_geom &g, __half *dqkv, const __half *dout, const __half *qkv,
+                         const float *lse, const float *D) {
+    simple_bwd<__half>(st, g, dqkv, dout, qkv, lse, D);
 }

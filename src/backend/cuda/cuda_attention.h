@@ -2,7 +2,7 @@
  * backend). Semantics are exactly mc_backend.attention_fwd/bwd (tensor/backend.h): packed
  * per-group QKV [S, B, groups, heads/groups + 2, d], output [S, B, heads, d], lse
  * [B, heads, S] F32, GQA, optional seg_start, dropout on probabilities from Philox with the
- * element index ((b*heads + h)*S + i)*S + j. F32 and BF16 activations (F32 accumulation).
+ * element index ((b*heads + h)*S + i)*S + j. F32, BF16 and F16 activations (F32 accumulation).
  * Every launch goes on `stream`; nothing is allocated here. */
 #ifndef MC_BACKEND_CUDA_ATTENTION_H
 #define MC_BACKEND_CUDA_ATTENTION_H

@@ -23,10 +23,10 @@ static const char *dtype_or_absent(const mc_tensor *t) { return (t && t->data) ?
 
 void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t) {
     if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cuda %s: operand %s is absent", op, name);
-    if (t->dtype != MC_F32 && t->dtype != MC_BF16)
-        mc_assert_fail("dtype F32 or BF16", __FILE__, __LINE__,
-                       "cuda %s: operand %s has dtype %s; the CUDA backend computes on F32 or BF16 activations", op,
-                       name, dtype_or_absent(t));
+    if (t->dtype != MC_F32 && t->dtype != MC_BF16 && t->dtype != MC_F16)
+        mc_assert_fail("dtype F32, BF16 or F16", __FILE__, __LINE__,
+                       "cuda %s: operand %s has dtype %s; the CUDA backend computes on F32, BF16 or F16 activations",
+                       op, name, dtype_or_absent(t));
 }
 
 void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt) {

@@ -5,13 +5,14 @@
  *
  * Conventions of the op files (gemm.cu, norm.cu, ...):
  * - Every op checks its operands on the host first, exactly as the CPU backend does, and
- *   aborts naming the op and the operand. Activations and weights are F32 or BF16 (one
- *   dtype per op call); statistics, RoPE tables, masks and weight gradients are F32.
+ *   aborts naming the op and the operand. Activations and weights are F32, BF16 or F16
+ *   (one dtype per op call, dispatched by MC_CUDA_DISPATCH_FLOAT); statistics, RoPE
+ *   tables, masks and weight gradients are F32.
  * - Every launch goes on the backend's one stream and is followed by MC_CUDA_LAUNCHED(op),
  *   which checks cudaGetLastError (and, with MC_CUDA_DEBUG_SYNC=1 in the environment,
  *   synchronizes and checks the kernel's own completion, naming the op).
- * - Kernels compute in F32 and are templated on the element type T (float or
- *   __nv_bfloat16); 16-byte vector paths are taken only when the host has checked the
+ * - Kernels compute in F32 and are templated on the element type T (float,
+ *   __nv_bfloat16 or __half); 16-byte vector paths are taken only when the host has checked the
  *   alignment of every pointer and the divisibility of the row length.
  * - No floating-point atomics anywhere: every reduction has a fixed order. */
 #ifndef MC_BACKEND_CUDA_INTERNAL_H
@@ -145,8 +146,32 @@ static inline int64_t mc_cuda_rows(const mc_tensor *t) {
     int64_t c = mc_cuda_cols(t);
     return c ? mc_tensor_numel(t) / c : 0;
 }
-/* present, and F32 or BF16 (the activation dtypes of this backend) */
+/* present, and F32, BF16 or F16 (the activation dtypes of this backend) */
 void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t);
+
+/* Runs the statements `...` with T the element type of the activation dtype dt (float,
+ * __nv_bfloat16 or __half); any other dtype aborts naming op. The statements may hold
+ * commas (kernel launches): they are the macro's variadic tail. */
+#define MC_CUDA_DISPATCH_FLOAT(dt, op, T, ...)                                                                  \
+    do {                                                                                                      \
+        switch (dt) {                                                                                         \
+        case MC_F32: {                                                                                        \
+            typedef float T;                                                                                  \
+            __VA_ARGS__;                                                                                      \
+        } break;                                                                                              \
+        case MC_BF16: {                                                                                       \
+            typedef __nv_bfloat16 T;                                                                          \
+            __VA_ARGS__;                                                                                      \
+        } break;                                                                                              \
+        case MC_F16: {                                                                                        \
+            typedef __half T;                                                                                 \
+            __VA_ARGS__;                                                                                      \
+        } break;                                                                                              \
+        default:                                                                                              \
+            mc_assert_fail("dtype", __FILE__, __LINE__, "cuda %s: dtype %s is not F32, BF16 or F16", (op),    \
+                           mc_dtype_name(dt));                                                                \
+        }                                                                                                     \
+    } while (0)
 /* present, of dtype dt */
 void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt);
 /* seen as [rows, cols] (cols = last dim): exactly these */
@@ -228,8 +253,17 @@ __device__ __forceinline__ uint32_t mc_bf16pair(float lo, float hi) {
            ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 
-/* Groups of 8 elements: 16 bytes of bf16 (one uint4) or 32 bytes of F32 (two float4).
- * p must be 16-byte aligned. */
+/* f16 bit patterns <-> F32 (lo: the element at the lower address). */
+__device__ __forceinline__ float mc_f16lo(uint32_t w) {
+    return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+}
+__device__ __forceinline__ float mc_f16hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+__device__ __forceinline__ uint32_t mc_f16pair(float lo, float hi) {
+    return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+
+/* Groups of 8 elements: 16 bytes of bf16 or f16 (one uint4) or 32 bytes of F32 (two
+ * float4). p must be 16-byte aligned. */
 __device__ __forceinline__ void mc_load8(const float *p, float v[8]) {
     float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -239,6 +273,11 @@ __device__ __forceinline__ void mc_load8(const __nv_bfloat16 *p, float v[8]) {
     v[0] = mc_bf16lo(u.x), v[1] = mc_bf16hi(u.x), v[2] = mc_bf16lo(u.y), v[3] = mc_bf16hi(u.y);
     v[4] = mc_bf16lo(u.z), v[5] = mc_bf16hi(u.z), v[6] = mc_bf16lo(u.w), v[7] = mc_bf16hi(u.w);
 }
+__device__ __forceinline__ void mc_load8(const __half *p, float v[8]) {
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    v[0] = mc_f16lo(u.x), v[1] = mc_f16hi(u.x), v[2] = mc_f16lo(u.y), v[3] = mc_f16hi(u.y);
+    v[4] = mc_f16lo(u.z), v[5] = mc_f16hi(u.z), v[6] = mc_f16lo(u.w), v[7] = mc_f16hi(u.w);
+}
 __device__ __forceinline__ void mc_store8(float *p, const float v[8]) {
     *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
     *reinterpret_cast<float4 *>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
@@ -247,6 +286,12 @@ __device__ __forceinline__ void mc_store8(__nv_bfloat16 *p, const float v[8]) {
     uint4 u;
     u.x = mc_bf16pair(v[0], v[1]), u.y = mc_bf16pair(v[2], v[3]);
     u.z = mc_bf16pair(v[4], v[5]), u.w = mc_bf16pair(v[6], v[7]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+__device__ __forceinline__ void mc_store8(__half *p, const float v[8]) {
+    uint4 u;
+    u.x = mc_f16pair(v[0], v[1]), u.y = mc_f16pair(v[2], v[3]);
+    u.z = mc_f16pair(v[4], v[5]), u.w = mc_f16pair(v[6], v[7]);
     *reinterpret_cast<uint4 *>(p) = u;
 }
 

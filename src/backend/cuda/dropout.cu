@@ -106,19 +106,15 @@ static void dropout_any(mc_cuda_state *st, const char *op, mc_tensor *y, const m
             if (y->data != x->data && n > 0)
                 MC_CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, mc_tensor_bytes(x), cudaMemcpyDeviceToDevice, st->stream),
                               op);
-        } else if (x->dtype == MC_F32) {
-            launch_add<float>(st, op, (float *)y->data, (const float *)res, (const float *)x->data, n);
         } else {
-            launch_add<__nv_bfloat16>(st, op, (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)res,
-                                      (const __nv_bfloat16 *)x->data, n);
+            MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                                   launch_add<T>(st, op, (T *)y->data, (const T *)res, (const T *)x->data, n));
         }
         return;
     }
-    if (x->dtype == MC_F32)
-        launch_dropout<float>(st, op, (float *)y->data, (const float *)res, (const float *)x->data, n, p, seed, stream);
-    else
-        launch_dropout<__nv_bfloat16>(st, op, (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)res,
-                                      (const __nv_bfloat16 *)x->data, n, p, seed, stream);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                           launch_dropout<T>(st, op, (T *)y->data, (const T *)res, (const T *)x->data, n, p, seed,
+                                             stream));
 }
 
 void mc_cuda_dropout_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream) {
@@ -159,10 +155,8 @@ void mc_cuda_add_inplace(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
     mc_cuda_check_dtype(op, "x", x, y->dtype);
     int64_t n = mc_tensor_numel(y);
     mc_cuda_check_numel(op, "x", x, n);
-    if (y->dtype == MC_F32) launch_add<float>(st, op, (float *)y->data, (const float *)y->data, (const float *)x->data, n);
-    else
-        launch_add<__nv_bfloat16>(st, op, (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)y->data,
-                                  (const __nv_bfloat16 *)x->data, n);
+    MC_CUDA_DISPATCH_FLOAT(y->dtype, op, T,
+                           launch_add<T>(st, op, (T *)y->data, (const T *)y->data, (const T *)x->data, n));
 }
 
 void mc_cuda_scale_inplace(mc_backend *be, mc_tensor *x, float s) {
@@ -173,12 +167,8 @@ void mc_cuda_scale_inplace(mc_backend *be, mc_tensor *x, float s) {
     if (n == 0) return;
     bool vec = mc_cuda_aligned16(x->data);
     unsigned grid = mc_cuda_grid(st, (n + 7) / 8, 256);
-    if (x->dtype == MC_F32) {
-        if (vec) scale_kernel<float, true><<<grid, 256, 0, st->stream>>>((float *)x->data, n, s);
-        else scale_kernel<float, false><<<grid, 256, 0, st->stream>>>((float *)x->data, n, s);
-    } else {
-        if (vec) scale_kernel<__nv_bfloat16, true><<<grid, 256, 0, st->stream>>>((__nv_bfloat16 *)x->data, n, s);
-        else scale_kernel<__nv_bfloat16, false><<<grid, 256, 0, st->stream>>>((__nv_bfloat16 *)x->data, n, s);
-    }
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                           if (vec) scale_kernel<T, true><<<grid, 256, 0, st->stream>>>((T *)x->data, n, s);
+                           else scale_kernel<T, false><<<grid, 256, 0, st->stream>>>((T *)x->data, n, s));
     MC_CUDA_LAUNCHED(st, op);
 }

@@ -63,12 +63,9 @@ void mc_cuda_embedding_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *ids, c
     int64_t ntok = mc_tensor_numel(ids), rows = mc_cuda_rows(table), h = mc_cuda_cols(table);
     mc_cuda_check_2d(op, "y", y, ntok, h);
     if (ntok == 0 || h == 0) return;
-    if (table->dtype == MC_F32)
-        launch_fwd<float>(st, (float *)y->data, (const int32_t *)ids->data, (const float *)table->data, ntok, rows, h,
-                          vocab_start, accumulate);
-    else
-        launch_fwd<__nv_bfloat16>(st, (__nv_bfloat16 *)y->data, (const int32_t *)ids->data,
-                                  (const __nv_bfloat16 *)table->data, ntok, rows, h, vocab_start, accumulate);
+    MC_CUDA_DISPATCH_FLOAT(table->dtype, op, T,
+                           launch_fwd<T>(st, (T *)y->data, (const int32_t *)ids->data, (const T *)table->data, ntok,
+                                         rows, h, vocab_start, accumulate));
 }
 
 /* ---- backward ---- */
@@ -157,14 +154,10 @@ void mc_cuda_embedding_bwd(mc_backend *be, mc_tensor *dtable, const mc_tensor *d
     dim3 grid((unsigned)ntok, (unsigned)slices);
     bool vec = h % 8 == 0 && mc_cuda_aligned16(dy->data) && mc_cuda_aligned16(dtable->data);
     float *dt = (float *)dtable->data;
-    if (dy->dtype == MC_F32) {
-        const float *d = (const float *)dy->data;
-        if (vec) embedding_bwd_kernel<float, true><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out, ntok, rows, h);
-        else embedding_bwd_kernel<float, false><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out, ntok, rows, h);
-    } else {
-        const __nv_bfloat16 *d = (const __nv_bfloat16 *)dy->data;
-        if (vec) embedding_bwd_kernel<__nv_bfloat16, true><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out, ntok, rows, h);
-        else embedding_bwd_kernel<__nv_bfloat16, false><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out, ntok, rows, h);
-    }
+    MC_CUDA_DISPATCH_FLOAT(dy->dtype, op, T, const T *d = (const T *)dy->data;
+        if (vec) embedding_bwd_kernel<T, true><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out,
+                                                                                        ntok, rows, h);
+        else embedding_bwd_kernel<T, false><<<grid, EMB_BWD_THREADS, 0, st->stream>>>(dt, d, keys_out, vals_out,
+                                                                                         ntok, rows, h));
     MC_CUDA_LAUNCHED(st, op);
 }

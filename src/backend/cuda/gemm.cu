@@ -8,8 +8,8 @@
  * matrix.
  *
  * Precision: CUBLAS_COMPUTE_32F everywhere (never TF32: the F32 path must match the CPU to
- * 1e-5), F32 scale type. BF16 inputs write BF16 (y, dx) or accumulate with beta = 1 into
- * F32 (dW += into Megatron's main_grad).
+ * 1e-5), F32 scale type. BF16 and F16 inputs write their own dtype (y, dx) or accumulate
+ * with beta = 1 into F32 (dW += into Megatron's main_grad).
  *
  * Descriptor cache: matmul/layout descriptors and the heuristic's algorithm are made once
  * per distinct (m, n, k, transposes, dtypes, bias, beta != 0, pointer alignments) and kept
@@ -128,6 +128,10 @@ static void fallback_gemm(mc_cuda_state *st, const char *op, int64_t m, int64_t 
         launch_fallback<__nv_bfloat16, __nv_bfloat16>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
     else if (ab_dt == MC_BF16 && c_dt == MC_F32)
         launch_fallback<__nv_bfloat16, float>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
+    else if (ab_dt == MC_F16 && c_dt == MC_F16)
+        launch_fallback<__half, __half>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
+    else if (ab_dt == MC_F16 && c_dt == MC_F32)
+        launch_fallback<__half, float>(st, op, m, n, k, A, ta, B, tb, C, alpha, beta, bias);
     else
         mc_assert_fail("dtypes", __FILE__, __LINE__, "cuda %s: no gemm for inputs %s, output %s", op,
                        mc_dtype_name(ab_dt), mc_dtype_name(c_dt));
@@ -279,8 +283,7 @@ __global__ void scale_or_zero_kernel(T *c, int64_t count, float beta) {
 static void scale_or_zero(mc_cuda_state *st, const char *op, void *c, mc_dtype dt, int64_t count, float beta) {
     if (count <= 0) return;
     unsigned grid = mc_cuda_grid(st, count, 256);
-    if (dt == MC_F32) scale_or_zero_kernel<float><<<grid, 256, 0, st->stream>>>((float *)c, count, beta);
-    else scale_or_zero_kernel<__nv_bfloat16><<<grid, 256, 0, st->stream>>>((__nv_bfloat16 *)c, count, beta);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T, scale_or_zero_kernel<T><<<grid, 256, 0, st->stream>>>((T *)c, count, beta));
     MC_CUDA_LAUNCHED(st, op);
 }
 
@@ -348,11 +351,9 @@ static void colsum_add(mc_cuda_state *st, const char *op, float *db, const void 
     MC_ASSERT(colblocks <= 0x7fffffff, "cuda %s: %lld columns", op, (long long)cols);
     float *part = (float *)mc_cuda_workspace(st, (size_t)(nchunks * cols) * sizeof(float), op);
     dim3 block(32, 8), grid((unsigned)colblocks, (unsigned)nchunks);
-    if (dt == MC_F32)
-        colsum_partial_kernel<float><<<grid, block, 0, st->stream>>>(part, (const float *)dy, rows, cols, rpc);
-    else
-        colsum_partial_kernel<__nv_bfloat16><<<grid, block, 0, st->stream>>>(part, (const __nv_bfloat16 *)dy, rows,
-                                                                              cols, rpc);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+                           colsum_partial_kernel<T><<<grid, block, 0, st->stream>>>(part, (const T *)dy, rows, cols,
+                                                                                    rpc));
     MC_CUDA_LAUNCHED(st, op);
     colsum_finish_kernel<<<(unsigned)colblocks, dim3(32, 32), 0, st->stream>>>(db, part, nchunks, cols);
     MC_CUDA_LAUNCHED(st, op);
@@ -366,10 +367,10 @@ void mc_cuda_gemm(mc_backend *be, mc_tensor *c, const mc_tensor *a, bool trans_a
     const char *op = "gemm";
     mc_cuda_check_float(op, "a", a);
     mc_cuda_check_dtype(op, "b", b, a->dtype);
-    if (!(mc_tensor_present(c) && (c->dtype == a->dtype || (a->dtype == MC_BF16 && c->dtype == MC_F32))))
-        mc_assert_fail("dtype", __FILE__, __LINE__, "cuda gemm: operand c has dtype %s; expected %s%s", 
+    if (!(mc_tensor_present(c) && (c->dtype == a->dtype || c->dtype == MC_F32)))
+        mc_assert_fail("dtype", __FILE__, __LINE__, "cuda gemm: operand c has dtype %s; expected %s%s",
                        mc_tensor_present(c) ? mc_dtype_name(c->dtype) : "absent", mc_dtype_name(a->dtype),
-                       a->dtype == MC_BF16 ? " or F32" : "");
+                       a->dtype != MC_F32 ? " or F32" : "");
     int64_t a_rows = mc_cuda_rows(a), a_cols = mc_cuda_cols(a), b_rows = mc_cuda_rows(b), b_cols = mc_cuda_cols(b);
     int64_t m = trans_a ? a_cols : a_rows, k = trans_a ? a_rows : a_cols;
     int64_t kb = trans_b ? b_cols : b_rows, n = trans_b ? b_rows : b_cols;
@@ -404,11 +405,9 @@ void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const 
     bool epilogue = bias && in > 0 && mc_cuda_aligned16(b->data);
     if (bias && !epilogue) {
         unsigned grid = mc_cuda_grid(st, n * out, 256);
-        if (x->dtype == MC_F32)
-            bias_fill_kernel<float><<<grid, 256, 0, st->stream>>>((float *)y->data, (const float *)b->data, n, out);
-        else
-            bias_fill_kernel<__nv_bfloat16><<<grid, 256, 0, st->stream>>>(
-                (__nv_bfloat16 *)y->data, (const __nv_bfloat16 *)b->data, n, out);
+        MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                               bias_fill_kernel<T><<<grid, 256, 0, st->stream>>>((T *)y->data, (const T *)b->data, n,
+                                                                                 out));
         MC_CUDA_LAUNCHED(st, op);
     }
     if (in == 0) {

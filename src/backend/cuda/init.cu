@@ -94,7 +94,7 @@ __global__ void convert_kernel(D *dst, const S *src, int64_t n) {
         mc_st(dst + i, mc_ld(src + i));
 }
 
-/* F32 <-> BF16 in groups of 8 with 16-byte accesses */
+/* F32 <-> BF16 or F16 in groups of 8 with 16-byte accesses */
 template <typename D, typename S>
 __global__ void convert8_kernel(D *dst, const S *src, int64_t n) {
     const int64_t groups = (n + 7) / 8;
@@ -143,9 +143,11 @@ void mc_cuda_convert(mc_backend *be, mc_tensor *dst, const mc_tensor *src) {
         if (vec) launch_convert8<float, __nv_bfloat16>(st, dst->data, src->data, n);
         else launch_convert<float, __nv_bfloat16>(st, dst->data, src->data, n);
     } else if (s == MC_F32 && d == MC_F16) {
-        launch_convert<__half, float>(st, dst->data, src->data, n);
+        if (vec) launch_convert8<__half, float>(st, dst->data, src->data, n);
+        else launch_convert<__half, float>(st, dst->data, src->data, n);
     } else if (s == MC_F16 && d == MC_F32) {
-        launch_convert<float, __half>(st, dst->data, src->data, n);
+        if (vec) launch_convert8<float, __half>(st, dst->data, src->data, n);
+        else launch_convert<float, __half>(st, dst->data, src->data, n);
     } else if (s == MC_BF16 && d == MC_F16) {
         launch_convert<__half, __nv_bfloat16>(st, dst->data, src->data, n);
     } else {

@@ -395,12 +395,9 @@ void mc_cuda_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_ten
     mc_cuda_check_2d(op, "y", y, n, h);
     void *wd = required_vec(op, "w", w, dt, h), *bd = optional_vec(op, "b", b, dt, h);
     float *md = optional_stat(op, "mean", mean, n), *rd = optional_stat(op, "rstd", rstd, n);
-    if (dt == MC_F32)
-        launch_fwd<float, true>(st, op, (float *)y->data, md, rd, (const float *)x->data, (const float *)wd,
-                                (const float *)bd, n, h, eps);
-    else
-        launch_fwd<__nv_bfloat16, true>(st, op, (__nv_bfloat16 *)y->data, md, rd, (const __nv_bfloat16 *)x->data,
-                                        (const __nv_bfloat16 *)wd, (const __nv_bfloat16 *)bd, n, h, eps);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+                           launch_fwd<T, true>(st, op, (T *)y->data, md, rd, (const T *)x->data, (const T *)wd,
+                                               (const T *)bd, n, h, eps));
 }
 
 void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
@@ -421,12 +418,9 @@ void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tens
         mc_cuda_check_2d(op, "dx", dx, n, h);
         dxd = dx->data;
     }
-    if (dt == MC_F32)
-        launch_bwd<float, true>(st, op, (float *)dxd, dwd, dbd, (const float *)dy->data, (const float *)x->data,
-                                (const float *)wd, md, rd, n, h);
-    else
-        launch_bwd<__nv_bfloat16, true>(st, op, (__nv_bfloat16 *)dxd, dwd, dbd, (const __nv_bfloat16 *)dy->data,
-                                        (const __nv_bfloat16 *)x->data, (const __nv_bfloat16 *)wd, md, rd, n, h);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+                           launch_bwd<T, true>(st, op, (T *)dxd, dwd, dbd, (const T *)dy->data, (const T *)x->data,
+                                               (const T *)wd, md, rd, n, h));
 }
 
 void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
@@ -440,12 +434,9 @@ void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc
     mc_cuda_check_2d(op, "y", y, n, h);
     void *wd = required_vec(op, "w", w, dt, h);
     float *rd = optional_stat(op, "rstd", rstd, n);
-    if (dt == MC_F32)
-        launch_fwd<float, false>(st, op, (float *)y->data, NULL, rd, (const float *)x->data, (const float *)wd, NULL,
-                                 n, h, eps);
-    else
-        launch_fwd<__nv_bfloat16, false>(st, op, (__nv_bfloat16 *)y->data, NULL, rd, (const __nv_bfloat16 *)x->data,
-                                         (const __nv_bfloat16 *)wd, NULL, n, h, eps);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+                           launch_fwd<T, false>(st, op, (T *)y->data, NULL, rd, (const T *)x->data, (const T *)wd, NULL,
+                                                n, h, eps));
 }
 
 void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
@@ -466,10 +457,7 @@ void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_
         mc_cuda_check_2d(op, "dx", dx, n, h);
         dxd = dx->data;
     }
-    if (dt == MC_F32)
-        launch_bwd<float, false>(st, op, (float *)dxd, dwd, NULL, (const float *)dy->data, (const float *)x->data,
-                                 (const float *)wd, NULL, rd, n, h);
-    else
-        launch_bwd<__nv_bfloat16, false>(st, op, (__nv_bfloat16 *)dxd, dwd, NULL, (const __nv_bfloat16 *)dy->data,
-                                         (const __nv_bfloat16 *)x->data, (const __nv_bfloat16 *)wd, NULL, rd, n, h);
+    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+                           launch_bwd<T, false>(st, op, (T *)dxd, dwd, NULL, (const T *)dy->data, (const T *)x->data,
+                                                (const T *)wd, NULL, rd, n, h));
 }

@@ -94,6 +94,5 @@ void mc_cuda_rope(mc_backend *be, mc_tensor *qkv, const mc_rope_desc *d, bool in
         MC_ASSERT(d->seq <= max_pos, "cuda rope: sequence length %lld exceeds the table's %lld positions",
                   (long long)d->seq, (long long)max_pos);
     }
-    if (qkv->dtype == MC_F32) launch<float>(st, (float *)qkv->data, d, pos, max_pos, inverse);
-    else launch<__nv_bfloat16>(st, (__nv_bfloat16 *)qkv->data, d, pos, max_pos, inverse);
+    MC_CUDA_DISPATCH_FLOAT(qkv->dtype, op, T, launch<T>(st, (T *)qkv->data, d, pos, max_pos, inverse));
 }

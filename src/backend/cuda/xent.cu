@@ -1,6 +1,6 @@
 /* xent.cu: vocab-parallel softmax cross-entropy in three passes (rowmax, stats, loss and
  * gradient), so that the model can all-reduce over the tensor-parallel group between them.
- * logits [N, V_local] are F32 or BF16; rowmax, stats [2, N], loss and mask are F32. One
+ * logits [N, V_local] are F32, BF16 or F16; rowmax, stats [2, N], loss and mask are F32. One
  * block per row (V up to 128256 and beyond), 16-byte loads when the row length and the
  * pointer allow, F32 accumulation, block reductions in a fixed order. dlogits may alias
  * logits (each element is read before the same thread writes it). */
@@ -106,15 +106,9 @@ void mc_cuda_xent_rowmax(mc_backend *be, mc_tensor *rowmax, const mc_tensor *log
     bool vec = v % 8 == 0 && mc_cuda_aligned16(logits->data);
     int threads = xent_threads(v);
     float *rm = (float *)rowmax->data;
-    if (logits->dtype == MC_F32) {
-        const float *l = (const float *)logits->data;
-        if (vec) xent_rowmax_kernel<float, true><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
-        else xent_rowmax_kernel<float, false><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
-    } else {
-        const __nv_bfloat16 *l = (const __nv_bfloat16 *)logits->data;
-        if (vec) xent_rowmax_kernel<__nv_bfloat16, true><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
-        else xent_rowmax_kernel<__nv_bfloat16, false><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
-    }
+    MC_CUDA_DISPATCH_FLOAT(logits->dtype, op, T, const T *l = (const T *)logits->data;
+        if (vec) xent_rowmax_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
+        else xent_rowmax_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v));
     MC_CUDA_LAUNCHED(st, op);
 }
 
@@ -136,17 +130,9 @@ void mc_cuda_xent_stats(mc_backend *be, mc_tensor *stats, const mc_tensor *logit
     float *s = (float *)stats->data;
     const float *rm = (const float *)rowmax->data;
     const int32_t *tg = (const int32_t *)targets->data;
-    if (logits->dtype == MC_F32) {
-        const float *l = (const float *)logits->data;
-        if (vec) xent_stats_kernel<float, true><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
-        else xent_stats_kernel<float, false><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
-    } else {
-        const __nv_bfloat16 *l = (const __nv_bfloat16 *)logits->data;
-        if (vec)
-            xent_stats_kernel<__nv_bfloat16, true><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
-        else
-            xent_stats_kernel<__nv_bfloat16, false><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
-    }
+    MC_CUDA_DISPATCH_FLOAT(logits->dtype, op, T, const T *l = (const T *)logits->data;
+        if (vec) xent_stats_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
+        else xent_stats_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start));
     MC_CUDA_LAUNCHED(st, op);
 }
 
@@ -182,24 +168,12 @@ void mc_cuda_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits,
     bool vec = v % 8 == 0 && mc_cuda_aligned16(logits->data) && mc_cuda_aligned16(dlogits->data);
     int threads = xent_threads(v);
     const int32_t *tg = (const int32_t *)targets->data;
-    if (logits->dtype == MC_F32) {
-        float *dl = (float *)dlogits->data;
-        const float *l = (const float *)logits->data;
+    MC_CUDA_DISPATCH_FLOAT(logits->dtype, op, T, T *dl = (T *)dlogits->data; const T *l = (const T *)logits->data;
         if (vec)
-            xent_loss_grad_kernel<float, true><<<(unsigned)n, threads, 0, st->stream>>>(lo, dl, l, rm, s, tg, mk, n, v,
-                                                                                       vocab_start, grad_scale);
+            xent_loss_grad_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(lo, dl, l, rm, s, tg, mk, n, v,
+                                                                                   vocab_start, grad_scale);
         else
-            xent_loss_grad_kernel<float, false><<<(unsigned)n, threads, 0, st->stream>>>(lo, dl, l, rm, s, tg, mk, n, v,
-                                                                                        vocab_start, grad_scale);
-    } else {
-        __nv_bfloat16 *dl = (__nv_bfloat16 *)dlogits->data;
-        const __nv_bfloat16 *l = (const __nv_bfloat16 *)logits->data;
-        if (vec)
-            xent_loss_grad_kernel<__nv_bfloat16, true><<<(unsigned)n, threads, 0, st->stream>>>(
-                lo, dl, l, rm, s, tg, mk, n, v, vocab_start, grad_scale);
-        else
-            xent_loss_grad_kernel<__nv_bfloat16, false><<<(unsigned)n, threads, 0, st->stream>>>(
-                lo, dl, l, rm, s, tg, mk, n, v, vocab_start, grad_scale);
-    }
+            xent_loss_grad_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(lo, dl, l, rm, s, tg, mk, n, v,
+                                                                                    vocab_start, grad_scale));
     MC_CUDA_LAUNCHED(st, op);
 }
