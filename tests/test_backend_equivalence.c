@@ -732,16 +732,26 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
     mc_tensor gl = mk2(gpu, dt, logits, N, V), grm = mk1(gpu, F32, NULL, N), gst = mk2(gpu, F32, NULL, 2, N);
     mc_tensor gloss = mk1(gpu, F32, NULL, N), gdl = alias ? gl : mk2(gpu, dt, NULL, N, V);
     mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N);
-    cpu->xent_rowmax(cpu, &crm, &cl);
-    gpu->xent_rowmax(gpu, &grm, &gl);
-    cpu->xent_stats(cpu, &cst, &cl, &crm, &ctg, vocab_start);
-    gpu->xent_stats(gpu, &gst, &gl, &grm, &gtg, vocab_start);
+    cpu->xent_rowstats(cpu, &crm, &cst, &cl, &ctg, vocab_start);
+    gpu->xent_rowstats(gpu, &grm, &gst, &gl, &gtg, vocab_start);
     char tag[64], what[128];
     snprintf(tag, sizeof tag, "xent N=%lld V=%lld start=%lld", (long long)N, (long long)V, (long long)vocab_start);
     snprintf(what, sizeof what, "%s rowmax", tag);
     cmp(what, dt, dl(gpu, &grm), crm.data, N);
     snprintf(what, sizeof what, "%s stats", tag);
     cmp(what, dt, dl(gpu, &gst), cst.data, 2 * N);
+    { /* the tensor-parallel rescale, to a larger "group" max */
+        float *gm = halloc(sizeof(float) * N);
+        float *lm = dl(gpu, &grm);
+        for (int64_t i = 0; i < N; i++) gm[i] = lm[i] + 0.25f * (float)(i % 3);
+        mc_tensor cg = mk1(cpu, F32, gm, N), gg = mk1(gpu, F32, gm, N);
+        mc_tensor cs2 = mk2(cpu, F32, dl(gpu, &gst), 2, N), gs2 = mk2(gpu, F32, dl(gpu, &gst), 2, N);
+        mc_tensor cl2 = mk1(cpu, F32, lm, N);
+        cpu->xent_rescale(cpu, &cs2, &cl2, &cg);
+        gpu->xent_rescale(gpu, &gs2, &grm, &gg);
+        snprintf(what, sizeof what, "%s rescaled stats", tag);
+        cmp(what, F32, dl(gpu, &gs2), cs2.data, 2 * N);
+    }
     /* loss only (no dlogits), then loss and gradient */
     mc_tensor none = mc_tensor_none(), gloss2 = mk1(gpu, F32, NULL, N);
     gpu->xent_loss_grad(gpu, &gloss2, &none, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
@@ -1019,10 +1029,8 @@ static void bench_all(void) {
         gpu->fill(gpu, &lg, 0.1);
         gpu->fill(gpu, &mask, 1.0);
         char nm[96];
-        snprintf(nm, sizeof nm, "xent_rowmax [%lld, 128256]", (long long)n);
-        BENCH(nm, n * V * e, 0, gpu->xent_rowmax(gpu, &rm, &lg));
-        snprintf(nm, sizeof nm, "xent_stats [%lld, 128256]", (long long)n);
-        BENCH(nm, n * V * e, 0, gpu->xent_stats(gpu, &st, &lg, &rm, &tg, 0));
+        snprintf(nm, sizeof nm, "xent_rowstats [%lld, 128256]", (long long)n);
+        BENCH(nm, n * V * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         snprintf(nm, sizeof nm, "xent_loss_grad [%lld, 128256] in place", (long long)n);
         BENCH(nm, 2 * n * V * e, 0, gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
         release_all();

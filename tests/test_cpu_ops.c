@@ -847,30 +847,32 @@ typedef struct xent_case {
     float grad_scale;
 } xent_case;
 
-/* The three passes on each of two ranks, with the all-reduces between them done here. */
+/* The passes on each of two ranks, with the all-reduces between them done here: row
+ * statistics, max of the row maxima, each rank's sums rescaled to it, sum of the stats. */
 static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *loss, void *dlogits, const void *mask,
                      bool in_place) {
     const int64_t n = c->n, vl = c->v_local;
     const size_t es = dt == F64 ? 8 : 4;
-    char *part[2], *rowmax[2], *stats[2], *lossr[2], *dl[2];
+    char *part[2], *rowmax[2], *gmax[2], *stats[2], *lossr[2], *dl[2];
     for (int r = 0; r < 2; r++) { /* rank r's contiguous [n, v_local] slice */
         part[r] = malloc((size_t)(n * vl) * es), dl[r] = malloc((size_t)(n * vl) * es);
-        rowmax[r] = malloc((size_t)n * es), stats[r] = malloc((size_t)(2 * n) * es), lossr[r] = malloc((size_t)n * es);
+        rowmax[r] = malloc((size_t)n * es), gmax[r] = malloc((size_t)n * es);
+        stats[r] = malloc((size_t)(2 * n) * es), lossr[r] = malloc((size_t)n * es);
         for (int64_t i = 0; i < n; i++)
             memcpy(part[r] + (size_t)(i * vl) * es, (const char *)logits + (size_t)(i * c->v + r * vl) * es, (size_t)vl * es);
     }
     mc_tensor T = t1(c->targets, MC_I32, n);
     for (int r = 0; r < 2; r++) {
-        mc_tensor L = t2(part[r], dt, n, vl), M = t1(rowmax[r], dt, n);
-        be->xent_rowmax(be, &M, &L);
+        mc_tensor L = t2(part[r], dt, n, vl), M = t1(rowmax[r], dt, n), ST = t2(stats[r], dt, 2, n);
+        be->xent_rowstats(be, &M, &ST, &L, &T, r * vl);
     }
     for (int64_t i = 0; i < n; i++) { /* all-reduce max */
-        if (dt == F64) ((double *)rowmax[0])[i] = ((double *)rowmax[1])[i] = fmax(((double *)rowmax[0])[i], ((double *)rowmax[1])[i]);
-        else ((float *)rowmax[0])[i] = ((float *)rowmax[1])[i] = fmaxf(((float *)rowmax[0])[i], ((float *)rowmax[1])[i]);
+        if (dt == F64) ((double *)gmax[0])[i] = ((double *)gmax[1])[i] = fmax(((double *)rowmax[0])[i], ((double *)rowmax[1])[i]);
+        else ((float *)gmax[0])[i] = ((float *)gmax[1])[i] = fmaxf(((float *)rowmax[0])[i], ((float *)rowmax[1])[i]);
     }
     for (int r = 0; r < 2; r++) {
-        mc_tensor L = t2(part[r], dt, n, vl), M = t1(rowmax[r], dt, n), ST = t2(stats[r], dt, 2, n);
-        be->xent_stats(be, &ST, &L, &M, &T, r * vl);
+        mc_tensor M = t1(rowmax[r], dt, n), G = t1(gmax[r], dt, n), ST = t2(stats[r], dt, 2, n);
+        be->xent_rescale(be, &ST, &M, &G);
     }
     for (int64_t i = 0; i < 2 * n; i++) { /* all-reduce sum */
         if (dt == F64) ((double *)stats[0])[i] = ((double *)stats[1])[i] = ((double *)stats[0])[i] + ((double *)stats[1])[i];
@@ -878,7 +880,7 @@ static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *
     }
     for (int r = 0; r < 2; r++) {
         char *g = dlogits ? (in_place ? part[r] : dl[r]) : NULL;
-        mc_tensor L = t2(part[r], dt, n, vl), M = t1(rowmax[r], dt, n), ST = t2(stats[r], dt, 2, n),
+        mc_tensor L = t2(part[r], dt, n, vl), M = t1(gmax[r], dt, n), ST = t2(stats[r], dt, 2, n),
                   LS = t1(lossr[r], dt, n), DL = g ? t2(g, dt, n, vl) : mc_tensor_none(),
                   MK = mask ? t1((void *)mask, dt, n) : mc_tensor_none();
         be->xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &MK, r * vl, c->grad_scale);
@@ -888,7 +890,7 @@ static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *
     }
     memcpy(loss, lossr[0], (size_t)n * es);
     CHECK(memcmp(lossr[0], lossr[1], (size_t)n * es) == 0, "both ranks compute the same loss");
-    for (int r = 0; r < 2; r++) free(part[r]), free(dl[r]), free(rowmax[r]), free(stats[r]), free(lossr[r]);
+    for (int r = 0; r < 2; r++) free(part[r]), free(dl[r]), free(rowmax[r]), free(gmax[r]), free(stats[r]), free(lossr[r]);
 }
 
 static double xent_loss(void *ctx) {
@@ -945,11 +947,9 @@ static void test_xent_large_vocab_f32(void) {
               DL = t2(dl, F64, n, v);
     mc_tensor LF = t2(lf, F32, n, v), MF = t1(rmf, F32, n), STF = t2(stf, F32, 2, n), LSF = t1(lossf, F32, n),
               DLF = t2(dlf, F32, n, v);
-    be->xent_rowmax(be, &M, &L);
-    be->xent_stats(be, &ST, &L, &M, &T, 0);
+    be->xent_rowstats(be, &M, &ST, &L, &T, 0);
     be->xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &NONE, 0, 1.0f);
-    be->xent_rowmax(be, &MF, &LF);
-    be->xent_stats(be, &STF, &LF, &MF, &T, 0);
+    be->xent_rowstats(be, &MF, &STF, &LF, &T, 0);
     be->xent_loss_grad(be, &LSF, &DLF, &LF, &MF, &STF, &T, &NONE, 0, 1.0f);
     check_f32("xent rowmax", rmf, rowmax, n);
     check_f32("xent stats", stf, stats, 2 * n);

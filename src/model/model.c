@@ -106,6 +106,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->head_chunk = chunk;
     m->logits = alloc2(a, at, chunk, m->vocab_local);
     m->rowmax = alloc1(a, st, chunk);
+    m->gmax = alloc1(a, st, chunk);
     m->stats = alloc2(a, st, 2, chunk);
     m->tok_loss = alloc1(a, st, chunk);
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);

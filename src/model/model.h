@@ -161,7 +161,7 @@ typedef struct mc_model {
      * fc1 gradient overwrites the layer's saved fc1 output instead) */
     mc_tensor dres, dtmp, dqkv, datt, dact;
     /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
-    mc_tensor logits, rowmax, stats, tok_loss;
+    mc_tensor logits, rowmax, gmax, stats, tok_loss; /* gmax: the TP group's row maxima */
     int64_t head_chunk;
     size_t act_bytes;
     /* host staging: per-token losses and masks of a head chunk, one logits row */

@@ -176,15 +176,17 @@ struct mc_backend {
     /* x *= s. */
     void (*scale_inplace)(mc_backend *, mc_tensor *x, float s);
 
-    /* ---- softmax cross-entropy, vocab-parallel in three passes so the model can reduce
-     * over the tensor-parallel group between them (Megatron's 3 all-reduces). logits are
+    /* ---- softmax cross-entropy, vocab-parallel: one pass for the row statistics, with
+     * tensor parallelism an all-reduce (max) of the row maxima and a rescale of the sums
+     * before an all-reduce (sum) of the statistics, then loss and gradient. logits are
      * [N, V_local]; this rank holds vocab ids [vocab_start, vocab_start + V_local). ---- */
-    /* rowmax[N] = max_j logits[i, j]. */
-    void (*xent_rowmax)(mc_backend *, mc_tensor *rowmax, const mc_tensor *logits);
-    /* stats[2, N]: row 0 = sum_j exp(logits - rowmax), row 1 = the target's logit on this
-     * rank (0 when the target id is not on this rank). */
-    void (*xent_stats)(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
-                       const mc_tensor *targets, int64_t vocab_start);
+    /* rowmax[N] = max_j logits[i, j]; stats[2, N]: row 0 = sum_j exp(logits - rowmax), row
+     * 1 = the target's logit on this rank (0 when the target id is not on this rank). */
+    void (*xent_rowstats)(mc_backend *, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
+                          const mc_tensor *targets, int64_t vocab_start);
+    /* stats[0, i] *= exp(local_max[i] - global_max[i]) (local_max: this rank's rowmax,
+     * global_max: the group's), so that the ranks' sums add up to the row's. */
+    void (*xent_rescale)(mc_backend *, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max);
     /* loss[i] = log(stats[0,i]) + rowmax[i] - stats[1,i] for every token (the mask does not
      * zero it: the caller weights losses by the mask when reducing); if dlogits is present,
      * it gets (softmax - onehot(target)) * grad_scale * mask[i] (mask optional, [N]).

@@ -207,8 +207,8 @@ mc_backend *mc_backend_cpu_create(void) {
     be->dropout_add_fwd = mc_cpu_dropout_add_fwd;
     be->add_inplace = mc_cpu_add_inplace;
     be->scale_inplace = mc_cpu_scale_inplace;
-    be->xent_rowmax = mc_cpu_xent_rowmax;
-    be->xent_stats = mc_cpu_xent_stats;
+    be->xent_rowstats = mc_cpu_xent_rowstats;
+    be->xent_rescale = mc_cpu_xent_rescale;
     be->xent_loss_grad = mc_cpu_xent_loss_grad;
     be->adamw = mc_cpu_adamw;
     be->sumsq = mc_cpu_sumsq;

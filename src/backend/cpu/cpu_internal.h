@@ -133,9 +133,9 @@ void mc_cpu_dropout_add_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residua
 void mc_cpu_add_inplace(mc_backend *, mc_tensor *y, const mc_tensor *x);
 void mc_cpu_scale_inplace(mc_backend *, mc_tensor *x, float s);
 /* xent.c */
-void mc_cpu_xent_rowmax(mc_backend *, mc_tensor *rowmax, const mc_tensor *logits);
-void mc_cpu_xent_stats(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
-                       const mc_tensor *targets, int64_t vocab_start);
+void mc_cpu_xent_rowstats(mc_backend *, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
+                          const mc_tensor *targets, int64_t vocab_start);
+void mc_cpu_xent_rescale(mc_backend *, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max);
 void mc_cpu_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                            const mc_tensor *mask, int64_t vocab_start, float grad_scale);

@@ -1,29 +1,21 @@
-/* xent.c: vocab-parallel softmax cross-entropy in three passes (rowmax, stats, loss and
- * gradient), so that the model can all-reduce over the tensor-parallel group between them:
- * max of rowmax, then sum of stats. logits [N, V_local]; this rank holds vocab ids
- * [vocab_start, vocab_start + V_local). Sums of exponentials run in REAL over chunks of 512
- * logits (so they vectorize) and in double across chunks. */
+/* xent.c: vocab-parallel softmax cross-entropy: one pass for each row's max, sum of
+ * exponentials and target logit, a rescale of the sums to the tensor-parallel group's max
+ * (after the model's all-reduce of the maxima), then loss and gradient. logits [N, V_local];
+ * this rank holds vocab ids [vocab_start, vocab_start + V_local). Sums of exponentials run
+ * in REAL over chunks of 512 logits (so they vectorize) and in double across chunks. */
 #ifdef REAL
 
-static void RNAME(xent_rowmax)(REAL *restrict rowmax, const REAL *restrict logits, int64_t n, int64_t v) {
+/* rowmax[i] = max_j logits[i, j]; stats[0, i] = sum_j exp(logits[i, j] - rowmax[i]);
+ * stats[1, i] = logits[i, target - vocab_start] when the target is on this rank, else 0.
+ * (The reference reads each row twice; the GPU kernel folds the max in on the fly.) */
+static void RNAME(xent_rowstats)(REAL *restrict rowmax, REAL *restrict stats, const REAL *restrict logits,
+                                 const int32_t *restrict targets, int64_t n, int64_t v, int64_t vocab_start) {
 #pragma omp parallel for schedule(static) if (n * v > 32768)
     for (int64_t i = 0; i < n; i++) {
         const REAL *row = logits + i * v;
         REAL m = -INFINITY;
 #pragma omp simd reduction(max : m)
         for (int64_t j = 0; j < v; j++) m = row[j] > m ? row[j] : m;
-        rowmax[i] = m;
-    }
-}
-
-/* stats[0, i] = sum_j exp(logits[i, j] - rowmax[i]); stats[1, i] = logits[i, target - vocab_start]
- * when the target is on this rank, else 0. */
-static void RNAME(xent_stats)(REAL *restrict stats, const REAL *restrict logits, const REAL *restrict rowmax,
-                              const int32_t *restrict targets, int64_t n, int64_t v, int64_t vocab_start) {
-#pragma omp parallel for schedule(static) if (n * v > 32768)
-    for (int64_t i = 0; i < n; i++) {
-        const REAL *row = logits + i * v;
-        REAL m = rowmax[i];
         double sum = 0;
         for (int64_t j0 = 0; j0 < v; j0 += 512) {
             const int64_t j1 = j0 + 512 < v ? j0 + 512 : v;
@@ -33,9 +25,16 @@ static void RNAME(xent_stats)(REAL *restrict stats, const REAL *restrict logits,
             sum += part;
         }
         int64_t local = (int64_t)targets[i] - vocab_start;
+        rowmax[i] = m;
         stats[i] = (REAL)sum;
         stats[n + i] = local >= 0 && local < v ? row[local] : 0;
     }
+}
+
+/* stats[0, i] *= exp(local_max[i] - global_max[i]): the sum relative to the group's max. */
+static void RNAME(xent_rescale)(REAL *restrict stats, const REAL *restrict local_max, const REAL *restrict global_max,
+                                int64_t n) {
+    for (int64_t i = 0; i < n; i++) stats[i] *= R_EXP(local_max[i] - global_max[i]);
 }
 
 /* loss[i] = log(stats[0, i]) + rowmax[i] - stats[1, i]; when dlogits is given,
@@ -72,30 +71,33 @@ static void RNAME(xent_loss_grad)(REAL *restrict loss, REAL *dlogits, const REAL
 #define MC_CPU_TEMPLATE "backend/cpu/xent.c"
 #include "backend/cpu/cpu_instantiate.h"
 
-void mc_cpu_xent_rowmax(mc_backend *be, mc_tensor *rowmax, const mc_tensor *logits) {
+void mc_cpu_xent_rowstats(mc_backend *be, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
+                          const mc_tensor *targets, int64_t vocab_start) {
     (void)be;
-    const char *op = "xent_rowmax";
-    mc_cpu_check_real(op, "logits", logits);
-    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
-    mc_cpu_check_dtype(op, "rowmax", rowmax, logits->dtype);
-    mc_cpu_check_numel(op, "rowmax", rowmax, n);
-    MC_CPU_DISPATCH(logits->dtype, xent_rowmax, rowmax->data, logits->data, n, v);
-}
-
-void mc_cpu_xent_stats(mc_backend *be, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
-                       const mc_tensor *targets, int64_t vocab_start) {
-    (void)be;
-    const char *op = "xent_stats";
+    const char *op = "xent_rowstats";
     mc_cpu_check_real(op, "logits", logits);
     mc_dtype dt = logits->dtype;
     int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
-    mc_cpu_check_dtype(op, "stats", stats, dt);
-    mc_cpu_check_numel(op, "stats", stats, 2 * n);
     mc_cpu_check_dtype(op, "rowmax", rowmax, dt);
     mc_cpu_check_numel(op, "rowmax", rowmax, n);
+    mc_cpu_check_dtype(op, "stats", stats, dt);
+    mc_cpu_check_numel(op, "stats", stats, 2 * n);
     mc_cpu_check_dtype(op, "targets", targets, MC_I32);
     mc_cpu_check_numel(op, "targets", targets, n);
-    MC_CPU_DISPATCH(dt, xent_stats, stats->data, logits->data, rowmax->data, targets->data, n, v, vocab_start);
+    MC_CPU_DISPATCH(dt, xent_rowstats, rowmax->data, stats->data, logits->data, targets->data, n, v, vocab_start);
+}
+
+void mc_cpu_xent_rescale(mc_backend *be, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max) {
+    (void)be;
+    const char *op = "xent_rescale";
+    mc_cpu_check_real(op, "stats", stats);
+    mc_dtype dt = stats->dtype;
+    int64_t n = mc_tensor_numel(local_max);
+    mc_cpu_check_numel(op, "stats", stats, 2 * n);
+    mc_cpu_check_dtype(op, "local_max", local_max, dt);
+    mc_cpu_check_dtype(op, "global_max", global_max, dt);
+    mc_cpu_check_numel(op, "global_max", global_max, n);
+    MC_CPU_DISPATCH(dt, xent_rescale, stats->data, local_max->data, global_max->data, n);
 }
 
 void mc_cpu_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,

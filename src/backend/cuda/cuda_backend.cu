@@ -393,8 +393,8 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->dropout_add_fwd = mc_cuda_dropout_add_fwd;
     be->add_inplace = mc_cuda_add_inplace;
     be->scale_inplace = mc_cuda_scale_inplace;
-    be->xent_rowmax = mc_cuda_xent_rowmax;
-    be->xent_stats = mc_cuda_xent_stats;
+    be->xent_rowstats = mc_cuda_xent_rowstats;
+    be->xent_rescale = mc_cuda_xent_rescale;
     be->xent_loss_grad = mc_cuda_xent_loss_grad;
     be->adamw = mc_cuda_adamw;
     be->sumsq = mc_cuda_sumsq;

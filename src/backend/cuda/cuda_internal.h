@@ -14,7 +14,8 @@
  * - Kernels compute in F32 and are templated on the element type T (float,
  *   __nv_bfloat16 or __half); 16-byte vector paths are taken only when the host has checked the
  *   alignment of every pointer and the divisibility of the row length.
- * - No floating-point atomics anywhere: every reduction has a fixed order. */
+ * - No floating-point atomics, except in the attention backward's fused dQ (which
+ *   --deterministic-mode turns off): every other reduction has a fixed order. */
 #ifndef MC_BACKEND_CUDA_INTERNAL_H
 #define MC_BACKEND_CUDA_INTERNAL_H
 
@@ -217,9 +218,9 @@ void mc_cuda_dropout_add_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residu
 void mc_cuda_add_inplace(mc_backend *, mc_tensor *y, const mc_tensor *x);
 void mc_cuda_scale_inplace(mc_backend *, mc_tensor *x, float s);
 /* xent.cu */
-void mc_cuda_xent_rowmax(mc_backend *, mc_tensor *rowmax, const mc_tensor *logits);
-void mc_cuda_xent_stats(mc_backend *, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
-                        const mc_tensor *targets, int64_t vocab_start);
+void mc_cuda_xent_rowstats(mc_backend *, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
+                           const mc_tensor *targets, int64_t vocab_start);
+void mc_cuda_xent_rescale(mc_backend *, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max);
 void mc_cuda_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                             const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                             const mc_tensor *mask, int64_t vocab_start, float grad_scale);

@@ -1,54 +1,74 @@
-/* xent.cu: vocab-parallel softmax cross-entropy in three passes (rowmax, stats, loss and
- * gradient), so that the model can all-reduce over the tensor-parallel group between them.
- * logits [N, V_local] are F32, BF16 or F16; rowmax, stats [2, N], loss and mask are F32. One
- * block per row (V up to 128256 and beyond), 16-byte loads when the row length and the
- * pointer allow, F32 accumulation, block reductions in a fixed order. dlogits may alias
- * logits (each element is read before the same thread writes it). */
+/* xent.cu: vocab-parallel softmax cross-entropy: one pass for each row's max, sum of
+ * exponentials and target logit (the max folded in on the fly: the sum is rescaled whenever
+ * a larger value appears, so the logits are read once), a rescale of the sums to the
+ * tensor-parallel group's max, then loss and gradient. logits [N, V_local] are F32, BF16 or
+ * F16; rowmax, stats [2, N], loss and mask are F32. One block per row (V up to 128256 and
+ * beyond), 16-byte loads when the row length and the pointer allow, F32 accumulation,
+ * reductions in a fixed order. dlogits may alias logits (each element is read before the
+ * same thread writes it). */
 #include "backend/cuda/cuda_internal.h"
 
 static int xent_threads(int64_t v) { return v >= 65536 ? 1024 : v >= 8192 ? 512 : 256; }
 
-template <typename T, bool VEC>
-__global__ void xent_rowmax_kernel(float *rowmax, const T *logits, int64_t v) {
-    __shared__ float red[32];
-    const T *lr = logits + (int64_t)blockIdx.x * v;
-    const int64_t groups = (v + 7) / 8;
-    float m = -INFINITY;
-#pragma unroll 4
-    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-        float x[8];
-        mc_load_group<T, VEC>(lr, g * 8, v, x);
+/* (m, s) <- the pair for the union of two sets of logits, each s relative to its own m.
+ * Commutative in floating point, so both lanes of a butterfly get the same bits. */
+__device__ __forceinline__ void xent_combine(float &m, float &s, float m2, float s2) {
+    const float M = fmaxf(m, m2);
+    s = M == -INFINITY ? 0.0f : s * __expf(m - M) + s2 * __expf(m2 - M);
+    m = M;
+}
+
+__device__ __forceinline__ void xent_warp_combine(float &m, float &s) {
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (g * 8 + k < v) m = fmaxf(m, x[k]);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        xent_combine(m, s, m2, s2);
     }
-    m = mc_block_max(m, red);
-    if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
 }
 
 template <typename T, bool VEC>
-__global__ void xent_stats_kernel(float *stats, const T *logits, const float *rowmax, const int32_t *targets,
-                                  int64_t n, int64_t v, int64_t vocab_start) {
-    __shared__ float red[32];
+__global__ void xent_rowstats_kernel(float *rowmax, float *stats, const T *logits, const int32_t *targets, int64_t n,
+                                     int64_t v, int64_t vocab_start) {
+    __shared__ float red_m[32], red_s[32];
     const int64_t row = blockIdx.x;
     const T *lr = logits + row * v;
     const int64_t groups = (v + 7) / 8;
-    const float m = rowmax[row];
-    float s = 0.0f;
+    float m = -INFINITY, s = 0.0f;
 #pragma unroll 4
     for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-        float x[8];
+        float x[8], gm = -INFINITY;
         mc_load_group<T, VEC>(lr, g * 8, v, x);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (g * 8 + k < v) gm = fmaxf(gm, x[k]);
+        if (gm > m) { /* a new maximum: the sum so far, relative to it (0 * exp(-inf) = 0 at first) */
+            s *= __expf(m - gm);
+            m = gm;
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++)
             if (g * 8 + k < v) s += __expf(x[k] - m); /* ex2.approx: rel. error ~1e-7 near the max */
     }
-    s = mc_block_sum(s, red);
-    if (threadIdx.x == 0) {
-        const int64_t local = (int64_t)targets[row] - vocab_start;
-        stats[row] = s;
-        stats[n + row] = (local >= 0 && local < v) ? mc_ld(lr + local) : 0.0f;
+    xent_warp_combine(m, s);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    if (lane == 0) red_m[warp] = m, red_s[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nwarps ? red_m[lane] : -INFINITY;
+        s = lane < nwarps ? red_s[lane] : 0.0f;
+        xent_warp_combine(m, s);
+        if (lane == 0) {
+            const int64_t local = (int64_t)targets[row] - vocab_start;
+            rowmax[row] = m;
+            stats[row] = s;
+            stats[n + row] = (local >= 0 && local < v) ? mc_ld(lr + local) : 0.0f;
+        }
     }
+}
+
+__global__ void xent_rescale_kernel(float *stats, const float *local_max, const float *global_max, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        stats[i] *= __expf(local_max[i] - global_max[i]);
 }
 
 __device__ __forceinline__ float xent_loss_of(const float *rowmax, const float *stats, int64_t n, int64_t row) {
@@ -94,45 +114,39 @@ __global__ void xent_loss_grad_kernel(float *loss, T *dlogits, const T *logits, 
 
 /* ---- entries ---- */
 
-void mc_cuda_xent_rowmax(mc_backend *be, mc_tensor *rowmax, const mc_tensor *logits) {
+void mc_cuda_xent_rowstats(mc_backend *be, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
+                           const mc_tensor *targets, int64_t vocab_start) {
     mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "xent_rowmax";
+    const char *op = "xent_rowstats";
     mc_cuda_check_float(op, "logits", logits);
     int64_t n = mc_cuda_rows(logits), v = mc_cuda_cols(logits);
     mc_cuda_check_f32_numel(op, "rowmax", rowmax, n);
-    if (n == 0) return;
-    MC_ASSERT(v > 0, "cuda xent_rowmax: logits have no columns");
-    MC_ASSERT(n <= 0x7fffffff, "cuda xent_rowmax: %lld rows", (long long)n);
-    bool vec = v % 8 == 0 && mc_cuda_aligned16(logits->data);
-    int threads = xent_threads(v);
-    float *rm = (float *)rowmax->data;
-    MC_CUDA_DISPATCH_FLOAT(logits->dtype, op, T, const T *l = (const T *)logits->data;
-        if (vec) xent_rowmax_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v);
-        else xent_rowmax_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(rm, l, v));
-    MC_CUDA_LAUNCHED(st, op);
-}
-
-void mc_cuda_xent_stats(mc_backend *be, mc_tensor *stats, const mc_tensor *logits, const mc_tensor *rowmax,
-                        const mc_tensor *targets, int64_t vocab_start) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "xent_stats";
-    mc_cuda_check_float(op, "logits", logits);
-    int64_t n = mc_cuda_rows(logits), v = mc_cuda_cols(logits);
     mc_cuda_check_f32_numel(op, "stats", stats, 2 * n);
-    mc_cuda_check_f32_numel(op, "rowmax", rowmax, n);
     mc_cuda_check_dtype(op, "targets", targets, MC_I32);
     mc_cuda_check_numel(op, "targets", targets, n);
     if (n == 0) return;
-    MC_ASSERT(v > 0, "cuda xent_stats: logits have no columns");
-    MC_ASSERT(n <= 0x7fffffff, "cuda xent_stats: %lld rows", (long long)n);
+    MC_ASSERT(v > 0, "cuda xent_rowstats: logits have no columns");
+    MC_ASSERT(n <= 0x7fffffff, "cuda xent_rowstats: %lld rows", (long long)n);
     bool vec = v % 8 == 0 && mc_cuda_aligned16(logits->data);
     int threads = xent_threads(v);
-    float *s = (float *)stats->data;
-    const float *rm = (const float *)rowmax->data;
+    float *rm = (float *)rowmax->data, *s = (float *)stats->data;
     const int32_t *tg = (const int32_t *)targets->data;
     MC_CUDA_DISPATCH_FLOAT(logits->dtype, op, T, const T *l = (const T *)logits->data;
-        if (vec) xent_stats_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start);
-        else xent_stats_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(s, l, rm, tg, n, v, vocab_start));
+        if (vec) xent_rowstats_kernel<T, true><<<(unsigned)n, threads, 0, st->stream>>>(rm, s, l, tg, n, v, vocab_start);
+        else xent_rowstats_kernel<T, false><<<(unsigned)n, threads, 0, st->stream>>>(rm, s, l, tg, n, v, vocab_start));
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+void mc_cuda_xent_rescale(mc_backend *be, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "xent_rescale";
+    int64_t n = mc_tensor_numel(local_max);
+    mc_cuda_check_f32_numel(op, "stats", stats, 2 * n);
+    mc_cuda_check_f32_numel(op, "local_max", local_max, n);
+    mc_cuda_check_f32_numel(op, "global_max", global_max, n);
+    if (n == 0) return;
+    xent_rescale_kernel<<<mc_cuda_grid(st, n, 256), 256, 0, st->stream>>>(
+        (float *)stats->data, (const float *)local_max->data, (const float *)global_max->data, n);
     MC_CUDA_LAUNCHED(st, op);
 }
 
