@@ -529,8 +529,8 @@ static void test_norms(void) {
         norm_case(67, 256, false, false, dt); /* rmsnorm */
         norm_case(45, 97, false, false, dt);
         norm_case(300, 768, true, true, dt);    /* warp per row, lanes with 3 of 4 groups (GPT-2's width) */
-        norm_case(130, 2048, false, false, dt); /* warp per row, 8 groups per lane */
-        norm_case(40, 4096, true, true, dt);    /* block per row, 16-byte vectors */
+        norm_case(130, 1024, false, false, dt); /* warp per row, 4 groups per lane */
+        norm_case(40, 2048, true, true, dt);    /* block per row, 16-byte vectors */
         norm_case(16, 8192, true, true, dt);   /* partials in shared memory, big rows */
         norm_case(5, 30000, false, false, dt); /* partials in global memory (8 h > shared limit) */
     }

@@ -22,6 +22,11 @@ for t in ${GPU_TESTS:-test_cuda_attention test_backend_equivalence test_train_de
     timeout 200 "$B/$t" > "$OUT/$t.log" 2>&1; echo "$t rc $?: $(tail -1 "$OUT/$t.log")"
 done
 MC_TEST_DEVICE=cuda timeout 60 "$B/test_golden_parity" > "$OUT/golden_cuda.log" 2>&1; tail -1 "$OUT/golden_cuda.log"
+echo "== fp16 smoke run (dynamic loss scale from 2^32: the first steps are skipped while it comes down)"
+timeout 120 "$B/megatron-c" train --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 256 \
+    --max-position-embeddings 256 --micro-batch-size 8 --global-batch-size 8 --vocab-size 1024 --mock-data \
+    --tokenizer-type NullTokenizer --train-iters 60 --log-interval 10 --eval-iters 0 --lr 1e-3 --device cuda --fp16 \
+    > "$OUT/fp16_smoke.log" 2>&1; echo "rc $?"; grep -E "iteration +[0-9]+/" "$OUT/fp16_smoke.log" | cut -c1-400 | tail -6
 if [ "${ATTN_BENCH:-1}" = 1 ]; then
     echo "== attention and AdamW: ours, then PyTorch's (same call)"
     MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | grep BENCH | tee "$OUT/attn_bench.log"
@@ -32,6 +37,7 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.activ
 SMI=$!
 MC_BENCH_ITERS=${MC_BENCH_ITERS:-8} OUT="$OUT" timeout "${BENCH_TIMEOUT:-380}" bash bench/gpu_train.sh "$B" "$C/shared/bench" "${BENCH_WHICH:-all}"
 kill $SMI 2>/dev/null
+tar -czf "$OUT/gpu_train_logs.tgz" -C "$OUT" gpu_train && rm -rf "$OUT/gpu_train"
 python3 - "$OUT/clocks.csv" <<'PY'
 import csv, sys, statistics
 rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0][:2] == "20"]

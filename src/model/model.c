@@ -97,10 +97,16 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
-     * work), 2^27 on a GPU (256 MB in bf16: GEMMs of a thousand tokens or more by the
-     * vocabulary still run at full speed; PyTorch holds all N x V). */
+     * work), 2^27 on a GPU (256 MB in bf16; PyTorch holds all N x V). The token count is
+     * rounded down to a power of two from 256 up, so that the chunks tile N exactly and the
+     * GEMMs keep whole tiles (odd remainders made cuBLASLt pick split-K, measured). */
     int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 27 : (int64_t)1 << 24;
     int64_t chunk = limit / m->vocab_local;
+    if (chunk >= 256) {
+        int64_t pow2 = 256;
+        while (pow2 * 2 <= chunk) pow2 *= 2;
+        chunk = pow2;
+    }
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
@@ -108,7 +114,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->rowmax = alloc1(a, st, chunk);
     m->gmax = alloc1(a, st, chunk);
     m->stats = alloc2(a, st, 2, chunk);
-    m->tok_loss = alloc1(a, st, chunk);
+    m->tok_loss = alloc1(a, st, N); /* every token's loss, copied to the host once per pass */
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
@@ -160,9 +166,10 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     mc_arena_init(&m->act_arena, "activations", be, measure.peak);
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
-    m->host_loss = mc_xmalloc(sizeof(double) * (size_t)m->head_chunk);
-    m->host_mask = mc_xmalloc(sizeof(double) * (size_t)m->head_chunk);
-    m->host_f32 = mc_xmalloc(sizeof(float) * (size_t)m->head_chunk);
+    size_t ntok = (size_t)(m->max_batch * m->seq);
+    m->host_loss = mc_xmalloc(sizeof(double) * ntok);
+    m->host_mask = mc_xmalloc(sizeof(double) * ntok);
+    m->host_f32 = mc_xmalloc(sizeof(float) * ntok);
     m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
     return MC_OK;
 }

@@ -373,7 +373,8 @@ static void stats_to_host(mc_backend *be, const mc_tensor *t, int64_t n, double 
 }
 
 /* The LM head and loss in chunks over all N tokens; with `backward`, also the head's
- * backward into dtmp (the partial gradient of the final norm output). */
+ * backward into dtmp (the partial gradient of the final norm output). The per-token losses
+ * come to the host once, after the last chunk (one synchronization per pass). */
 static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *loss_sum, double *num_tokens) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
@@ -383,7 +384,7 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
     for (int64_t c0 = 0; c0 < p->N; c0 += m->head_chunk) {
         int64_t nc = p->N - c0 < m->head_chunk ? p->N - c0 : m->head_chunk;
         mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc), rowmax = rows_of(&m->rowmax, nc);
-        mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_of(&m->tok_loss, nc);
+        mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_at(&m->tok_loss, c0, nc);
         mc_tensor labels = rows_at(&p->mb->labels, c0, nc), mask = rows_at(&p->mb->loss_mask, c0, nc);
         be->linear_fwd(be, &logits, &x, &w, &none);
         be->xent_rowstats(be, &rowmax, &stats, &logits, &labels, m->vocab_start);
@@ -398,16 +399,17 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
         mc_tensor dlogits = backward ? logits : none;
         be->xent_loss_grad(be, &loss, &dlogits, &logits, &rowmax, &stats, &labels, &mask, m->vocab_start,
                            (float)grad_scale);
-        stats_to_host(be, &loss, nc, hl, m->host_f32);
-        stats_to_host(be, &mask, nc, hm, m->host_f32);
-        for (int64_t i = 0; i < nc; i++) {
-            lsum += hl[i] * hm[i];
-            ntok += hm[i];
-        }
         if (backward) {
             mc_tensor dx = rows_at(&m->dtmp, c0, nc);
             be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w);
         }
+    }
+    mc_tensor loss = rows_of(&m->tok_loss, p->N), mask = rows_of(&p->mb->loss_mask, p->N);
+    stats_to_host(be, &loss, p->N, hl, m->host_f32);
+    stats_to_host(be, &mask, p->N, hm, m->host_f32);
+    for (int64_t i = 0; i < p->N; i++) {
+        lsum += hl[i] * hm[i];
+        ntok += hm[i];
     }
     *loss_sum = lsum;
     *num_tokens = ntok;

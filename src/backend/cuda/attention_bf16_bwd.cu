@@ -24,9 +24,11 @@
  *   range checks, which otherwise cost about a third of the backward time (measured).
  * Fused dQ: each warp also stores its dS^T rows (bf16) in shared memory; after a barrier,
  *   warp w forms a [16, D / CG] piece of the tile's dQ = dS K (A = dS by ldmatrix.trans of
- *   dS^T, B = K by ldmatrix.trans) and adds it to dq_acc with float4 atomics. The atomics'
- *   throughput at the L2 bounds this mode, so its blocks hold 128 keys (8 warps): half the
- *   additions of 64-key blocks for the same work.
+ *   dS^T, B = K by ldmatrix.trans) and adds it to dq_acc with float2 atomics. Measured on
+ *   an H200 (bench of test_cuda_attention): 6% faster than the two deterministic kernels on
+ *   the 1.5B shape (GQA, 4 heads per group); on GPT-2's (MHA) and with d 128 it is no
+ *   faster: the atomics' throughput at the L2 eats what the recomputation saves. 128-key blocks (8 warps,
+ *   half the atomics) and float4 atomics (lanes pairing their halves) were both slower.
  * dq kernel: block = (16 NW queries, head, batch), warp w owns 16 queries; Q and dO live in
  *   registers as A fragments; K/V tiles of BK keys stream through the same kind of
  *   pipeline from the block's smallest seg_start to the diagonal:
@@ -284,18 +286,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom 
                         attn_mma(acc[2 * dn + 1], da, kb[2], kb[3]);
                     }
                 }
-                /* float4 atomics (half as many as float2): lanes tq and tq ^ 1 swap pairs, so
-                 * an even lane holds row gq, columns 2 tq .. 2 tq + 3 and an odd lane row
-                 * gq + 8, columns 2 tq - 2 .. 2 tq + 1 */
-                const bool odd = tq & 1;
-                const int r = odd ? gq + 8 : gq, col = odd ? 2 * tq - 2 : 2 * tq, i = i0 + wq + r;
-                float *row = dq_acc + attn_row_off(g, i < g.S ? i : 0, b, h) * D + c0 + col;
 #pragma unroll
-                for (int n = 0; n < C::DW / 8; n++) {
-                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? acc[n][0] : acc[n][2], 1);
-                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? acc[n][1] : acc[n][3], 1);
-                    const float4 v = odd ? make_float4(r0, r1, acc[n][2], acc[n][3]) : make_float4(acc[n][0], acc[n][1], r0, r1);
-                    if (i < g.S) atomicAdd(reinterpret_cast<float4 *>(row + n * 8), v);
+                for (int hf = 0; hf < 2; hf++) {
+                    const int i = i0 + wq + gq + 8 * hf;
+                    if (i >= g.S) continue;
+                    float *row = dq_acc + attn_row_off(g, i, b, h) * D + c0 + 2 * tq;
+#pragma unroll
+                    for (int n = 0; n < C::DW / 8; n++)
+                        atomicAdd(reinterpret_cast<float2 *>(row + n * 8), make_float2(acc[n][2 * hf], acc[n][2 * hf + 1]));
                 }
             }
         }
@@ -563,15 +561,13 @@ size_t attn_mma_dq_acc_bytes(const attn_geom &g) { return (size_t)g.B * g.H * g.
 
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc) {
-    /* fused: 8 warps (128 keys) per block, so each query tile's dQ gets half as many atomic
-     * additions as with 64 keys */
     if (g.d == 64 && dq_acc) {
-        dkdv_launch<64, 8, 64, 2, 1, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+        dkdv_launch<64, 4, 64, 2, 2, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
     } else if (g.d == 64) {
         dkdv_launch<64, 4, 64, 2, 2, false>(st, g, dqkv, dout, qkv, lse, D, nullptr);
         dq_launch<64, 4, 64, 2, 2>(st, g, dqkv, dout, qkv, lse, D);
     } else if (g.d == 128 && dq_acc) {
-        dkdv_launch<128, 8, 32, 2, 1, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+        dkdv_launch<128, 4, 32, 2, 1, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
     } else if (g.d == 128) {
         dkdv_launch<128, 4, 32, 2, 1, false>(st, g, dqkv, dout, qkv, lse, D, nullptr);
         dq_launch<128, 4, 32, 2, 1>(st, g, dqkv, dout, qkv, lse, D);
