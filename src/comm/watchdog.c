@@ -173,7 +173,15 @@ void mc_comm_exit_error(int exit_code, const char *fmt, ...) {
         MPI_Barrier(mc_rt.world);
         mc_watch_end();
         mc_watch_stop();
+        int world = mc_rt.world_size;
         mc_bootstrap_finalize();
+        /* mpirun aborts the job at the first non-zero exit and may then drop what the
+         * other ranks wrote but it has not yet forwarded (seen: one message of two under
+         * load); a moment's grace lets it forward every rank's line first. */
+        if (world > 1) {
+            struct timespec grace = {0, 300 * 1000 * 1000};
+            nanosleep(&grace, NULL);
+        }
     }
 #endif
     exit(exit_code);
