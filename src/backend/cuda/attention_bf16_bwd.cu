@@ -25,10 +25,11 @@
  * Fused dQ: each warp also stores its dS^T rows (bf16) in shared memory; after a barrier,
  *   warp w forms a [16, D / CG] piece of the tile's dQ = dS K (A = dS by ldmatrix.trans of
  *   dS^T, B = K by ldmatrix.trans) and adds it to dq_acc with float2 atomics. Measured on
- *   an H200 (bench of test_cuda_attention): 6% faster than the two deterministic kernels on
- *   the 1.5B shape (GQA, 4 heads per group); on GPT-2's (MHA) and with d 128 it is no
- *   faster: the atomics' throughput at the L2 eats what the recomputation saves. 128-key blocks (8 warps,
- *   half the atomics) and float4 atomics (lanes pairing their halves) were both slower.
+ *   an H200 (bench of test_cuda_attention): 6% faster than the two deterministic kernels
+ *   on the 1.5B shape (GQA, 4 heads per group); on GPT-2's (MHA) and with d 128 it is no
+ *   faster: the atomics' throughput at the L2 eats what the recomputation saves. 128-key
+ *   blocks (8 warps, half the atomics) and float4 atomics (lanes pairing their halves) were
+ *   both slower.
  * dq kernel: block = (16 NW queries, head, batch), warp w owns 16 queries; Q and dO live in
  *   registers as A fragments; K/V tiles of BK keys stream through the same kind of
  *   pipeline from the block's smallest seg_start to the diagonal:
@@ -46,6 +47,8 @@
  *          spills, 55 KB, 2 blocks per SM.
  *   d 128: dkdv 4 warps (64 keys) x BQ 32: 255 registers, no spills, 71 KB; dq 4 warps
  *          (64 queries) x BK 32: 248 registers, no spills, 70 KB.
+ *   fused: the dkdv configurations above plus the dS^T tile (9 KB at d 64, 5 KB at d 128);
+ *          253 and 252 registers, no spills.
  * (8-warp blocks, 32-query tiles with K/V in registers, 3 stages: same or slower.) */
 #include <limits.h>
 

@@ -10,14 +10,14 @@
  * Forward: one warp per row, the row read three times (sum, centred sum of squares, write;
  * the re-reads hit L1/L2), so the variance is two-pass as on the CPU.
  * Backward, rows of at most 1024 in 16-byte groups: one warp per row (see
- * norm_bwd_warp_kernel). Other rows: a fixed grid of blocks, each owning a fixed set of rows (row = block, block +
- * grid, ...); a block processes one row at a time with all its threads (a block-wide sum of
- * g and g xhat), and each thread owns fixed columns, so it accumulates its columns' dw/db
- * over the block's rows without any race (in shared memory when 8 h bytes fit, else in the
- * block's slice of the global partial buffer). A second kernel adds the blocks' partials
- * in a fixed order (32 interleaved lanes, then the lanes in order): deterministic, no
- * atomics. dx may alias dy (each element is read before
- * the same thread writes it). */
+ * norm_bwd_warp_kernel). Other rows: a fixed grid of blocks, each owning a fixed set of
+ * rows (row = block, block + grid, ...); a block processes one row at a time with all its
+ * threads (a block-wide sum of g and g xhat), and each thread owns fixed columns, so it
+ * accumulates its columns' dw/db over the block's rows without any race (in shared memory
+ * when 8 h bytes fit, else in the block's slice of the global partial buffer). A second
+ * kernel adds the partial rows (of blocks or warps) in a fixed order (32 interleaved lanes,
+ * then the lanes in order): deterministic, no atomics. dx may alias dy (each element is
+ * read before the same thread writes it). */
 #include "backend/cuda/cuda_internal.h"
 
 enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
@@ -162,13 +162,13 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
     }
 }
 
-/* Backward for rows of at most 256 GPL elements (GPL <= 4) in whole 16-byte groups: one warp per row
- * (rows part, part + parts, ... of warp `part`), so a row's two sums are warp shuffles
- * instead of block barriers and no thread idles when h is small (GPT-2's 768). Lane l owns
- * groups l, l + 32, ...: it keeps their dw/db sums over the warp's rows in registers and
- * writes them once, as the warp's partial row (part_w[part, h]); w sits in shared memory
- * (k-major, as the block kernel's accumulators, so a warp's reads hit distinct banks).
- * The second pass re-reads x and dy (L1 hits). */
+/* Backward for rows of at most 256 GPL elements (GPL <= 4) in whole 16-byte groups: one
+ * warp per row (rows part, part + parts, ... of warp `part`), so a row's two sums are warp
+ * shuffles instead of block barriers and no thread idles when h is small (GPT-2's 768).
+ * Lane l owns groups l, l + 32, ...: it keeps their dw/db sums over the warp's rows in
+ * registers and writes them once, as the warp's partial row (part_w[part, h]); w sits in
+ * shared memory (k-major, as the block kernel's accumulators, so a warp's reads hit
+ * distinct banks). The second pass re-reads x and dy (L1 hits). */
 template <typename T, bool LN, int GPL>
 __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_bwd_warp_kernel(T *dx, float *part_w, float *part_b, const T *dy,
                                                                          const T *x, const T *w, const float *mean,
