@@ -17,39 +17,21 @@
 
 #include "check.h"
 #include "megatron.h"
+#include "tiny_llama.h"
 #include "train/trainer_internal.h"
 
 #define STEPS 12
 
 static void tiny_llama(mc_config *c) {
-    mc_config_init(c);
-    c->model.num_layers = 2;
-    c->model.hidden_size = 64;
-    c->model.ffn_hidden_size = 96;
-    c->model.num_attention_heads = 4;
-    c->model.group_query_attention = true;
-    c->model.num_query_groups = 2;
+    tiny_llama_base(c);
     c->model.seq_length = 32;
-    c->model.vocab_size = 256;
-    c->model.normalization = MC_NORM_RMSNORM;
-    c->model.position_embedding_type = MC_POS_ROPE;
-    c->model.swiglu = true;
-    c->model.add_bias_linear = false;
-    c->model.untie_embeddings_and_output_weights = true;
     c->model.hidden_dropout = 0.1f;
     c->model.attention_dropout = 0.1f;
-    c->data.mock_data = true;
-    c->data.tokenizer_type = MC_TOKENIZER_NULL;
     c->train.micro_batch_size = 2;
     c->train.global_batch_size = 4;
     c->train.train_iters = STEPS;
-    c->train.eval_iters = 0;
     c->train.device = MC_DEVICE_CPU_ONLY;
-    c->optim.lr = 3e-3;
-    c->optim.lr_decay_style = MC_LR_COSINE;
     c->optim.lr_warmup_iters = 2;
-    c->optim.weight_decay = 0.1f;
-    c->log.quiet = true;
 }
 
 static mc_trainer *create(const mc_config *c) {

@@ -8,41 +8,22 @@
 
 #include "check.h"
 #include "megatron.h"
+#include "tiny_llama.h"
 #include "tensor/backend.h"
 
 #define STEPS_CURVE 200
 #define STEPS_REPEAT 20
 
-/* The tiny Llama of tests/fixtures/golden/llama_config.json, on mock data. */
 static void tiny_llama(mc_config *c) {
-    mc_config_init(c);
-    c->model.num_layers = 2;
-    c->model.hidden_size = 64;
-    c->model.ffn_hidden_size = 96;
-    c->model.num_attention_heads = 4;
-    c->model.group_query_attention = true;
-    c->model.num_query_groups = 2;
+    tiny_llama_base(c);
     c->model.seq_length = 64;
-    c->model.vocab_size = 256;
-    c->model.normalization = MC_NORM_RMSNORM;
-    c->model.position_embedding_type = MC_POS_ROPE;
-    c->model.swiglu = true;
-    c->model.add_bias_linear = false;
-    c->model.untie_embeddings_and_output_weights = true;
     c->model.attention_dropout = 0.0f;
     c->model.hidden_dropout = 0.0f;
-    c->data.mock_data = true;
-    c->data.tokenizer_type = MC_TOKENIZER_NULL;
     c->train.micro_batch_size = 4;
     c->train.global_batch_size = 8;
-    c->train.eval_iters = 0;
-    c->optim.lr = 3e-3;
     c->optim.min_lr = 3e-4;
-    c->optim.lr_decay_style = MC_LR_COSINE;
     c->optim.lr_warmup_iters = 10;
     c->optim.adam_beta2 = 0.95f;
-    c->optim.weight_decay = 0.1f;
-    c->log.quiet = true;
 }
 
 typedef enum { FP32, BF16, FP16 } precision;

@@ -5,16 +5,9 @@
 # tools/ncu_summary.py), our attention and op timings, and PyTorch's SDPA and fused AdamW
 # on the same shapes in the same call (bench/torch_ops.py). Logs under $OUT/profile.
 set -uo pipefail
-ROOT=$(pwd)
-C=$ROOT/.carry/gpu
+source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}/profile
-mkdir -p "$OUT" "$C/lib"
-tar -xJf "$C/lib.tar.xz" -C "$C/lib"
-NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
-CUDA_DIR=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$C/lib:$CUDA_DIR:$NCCL_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=$C/bin
+mkdir -p "$OUT"
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 COMMON=(--train-iters 3 --log-interval 1 --eval-iters 0 --lr 3e-4 --attention-dropout 0 --hidden-dropout 0
         --mock-data --tokenizer-type NullTokenizer --device cuda --bf16)

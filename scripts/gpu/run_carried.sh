@@ -4,16 +4,9 @@
 # then bench/gpu_train.sh (Megatron-C beside PyTorch and the floor) with the SM clock and
 # power sampled, and with PREP=1 a shortened bench/preprocess.sh. Logs under $OUT.
 set -uo pipefail
-ROOT=$(pwd)
-C=$ROOT/.carry/gpu
+source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}
-mkdir -p "$OUT" "$C/lib"
-tar -xJf "$C/lib.tar.xz" -C "$C/lib"
-NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
-CUDA_DIR=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$C/lib:$CUDA_DIR:$NCCL_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MC_SHARED_DIR="$C/shared" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-B=$C/bin
+mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 ldd "$B/megatron-c" | grep -E 'not found' && echo "MISSING LIBRARIES" | tee -a "$OUT/gpu.txt"
 echo "== tests"

