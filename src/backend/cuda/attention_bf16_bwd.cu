@@ -54,24 +54,6 @@
 
 #include "backend/cuda/attention_internal.h"
 
-/* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
- * shared tile, 16 bytes per cp.async; rows at or past S are zero-filled. */
-template <int ROWS, int D, int NT>
-__device__ __forceinline__ void bwd_load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t base,
-                                              int64_t stride, int row0, int S) {
-    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
-#pragma unroll
-    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
-        const int e = e0 + (int)threadIdx.x;
-        if (TOTAL % NT == 0 || e < TOTAL) {
-            const int r = e / CPR, ch = e % CPR;
-            const bool ok = row0 + r < S;
-            const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
-            attn_cp_async16(dst + r * (D + 8) + ch * 8, p, ok);
-        }
-    }
-}
-
 /* ---------------------------------------------------------------- dK, dV */
 
 template <int D, int NW, int BQ, int NS>
@@ -119,16 +101,16 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dkdv_kernel(attn_geom 
     const int nq = attn_cdiv(g.S, BQ), qt0 = j0 / BQ, nqt = nq - qt0, nitems = g.hpg * nqt;
     const int64_t obs = (int64_t)g.B * g.H * D; /* out/dout stride between positions */
 
-    bwd_load_tile<C::BKV, D, C::NT>(Ks, qkv, attn_k_off(g, 0, b, grp), g.row_stride, j0, g.S);
-    bwd_load_tile<C::BKV, D, C::NT>(Vs, qkv, attn_v_off(g, 0, b, grp), g.row_stride, j0, g.S);
+    attn_load_tile<C::BKV, D, C::NT>(Ks, qkv, attn_k_off(g, 0, b, grp), g.row_stride, j0, g.S);
+    attn_load_tile<C::BKV, D, C::NT>(Vs, qkv, attn_v_off(g, 0, b, grp), g.row_stride, j0, g.S);
 
     /* item -> (head, query tile): its Q/dO tiles by cp.async and its side data by plain
      * stores into stage `stage`; returns whether a query row this thread loaded sees a key
      * of the block (the block votes on it before computing the item). */
     auto load_item = [&](int item, int stage) -> bool {
         const int h = grp * g.hpg + item / nqt, i0 = (qt0 + item % nqt) * BQ;
-        bwd_load_tile<BQ, D, C::NT>(Qs + stage * BQ * C::LDS, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
-        bwd_load_tile<BQ, D, C::NT>(dOs + stage * BQ * C::LDS, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
+        attn_load_tile<BQ, D, C::NT>(Qs + stage * BQ * C::LDS, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
+        attn_load_tile<BQ, D, C::NT>(dOs + stage * BQ * C::LDS, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
         bool any = false;
         if (tid < BQ) {
             const int i = i0 + tid;
@@ -371,8 +353,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g,
     if (lane == 0) red[warp] = my_min;
 
     const int64_t kbase = attn_k_off(g, 0, b, grp), vbase = kbase + D;
-    bwd_load_tile<C::BQ, D, C::NT>(Qs, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
-    bwd_load_tile<C::BQ, D, C::NT>(dOs, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
+    attn_load_tile<C::BQ, D, C::NT>(Qs, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S);
+    attn_load_tile<C::BQ, D, C::NT>(dOs, dout, attn_o_off(g, 0, b, h), obs, i0, g.S);
     __syncthreads(); /* red[] complete */
     int klo = INT_MAX;
 #pragma unroll
@@ -382,8 +364,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g,
 #pragma unroll
     for (int st = 0; st < NS - 1; st++) {
         if (st < nkt) {
-            bwd_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
-            bwd_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
         }
         attn_cp_async_commit();
     }
@@ -399,8 +381,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g,
         const int kt = kt0 + it, buf = it % NS;
         if (it + NS - 1 < nkt) { /* into the stage read in iteration it - 1 (barrier-protected) */
             const int nb = (it + NS - 1) % NS;
-            bwd_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
-            bwd_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
         }
         attn_cp_async_commit();
         attn_cp_async_wait<NS - 1>();

@@ -47,24 +47,6 @@ struct fwd_cfg {
     static_assert(D % 16 == 0 && BK % 16 == 0 && NS >= 2 && NW <= 16, "tile shapes");
 };
 
-/* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
- * shared tile, 16 bytes per cp.async; rows at or past S are zero-filled. */
-template <int ROWS, int D, int NT>
-__device__ __forceinline__ void fwd_load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t base,
-                                              int64_t stride, int row0, int S) {
-    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
-#pragma unroll
-    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
-        const int e = e0 + (int)threadIdx.x;
-        if (TOTAL % NT == 0 || e < TOTAL) {
-            const int r = e / CPR, ch = e % CPR;
-            const bool ok = row0 + r < S;
-            const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
-            attn_cp_async16(dst + r * (D + 8) + ch * 8, p, ok);
-        }
-    }
-}
-
 template <int D, int MT, int NW, int BK, int NS>
 __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv_bfloat16 *out, float *lse,
                                                                const __nv_bfloat16 *qkv) {
@@ -99,7 +81,7 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
     if (lane == 0) red[warp] = my_min;
 
     const int64_t qbase = attn_q_off(g, 0, b, h), kbase = attn_k_off(g, 0, b, grp), vbase = kbase + D;
-    fwd_load_tile<C::BQ, D, C::NT>(Qs, qkv, qbase, g.row_stride, i0, g.S);
+    attn_load_tile<C::BQ, D, C::NT>(Qs, qkv, qbase, g.row_stride, i0, g.S);
     __syncthreads(); /* red[] complete */
     int klo = INT_MAX;
 #pragma unroll
@@ -111,8 +93,8 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
 #pragma unroll
     for (int st = 0; st < NS - 1; st++) {
         if (st < nkt) {
-            fwd_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
-            fwd_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Ks + st * BK * C::LDS, qkv, kbase, g.row_stride, (kt0 + st) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Vs + st * BK * C::LDS, qkv, vbase, g.row_stride, (kt0 + st) * BK, g.S);
         }
         attn_cp_async_commit();
     }
@@ -137,8 +119,8 @@ __global__ void __launch_bounds__(NW * 32) attn_mma_fwd_kernel(attn_geom g, __nv
         const int kt = kt0 + it, buf = it % NS;
         if (it + NS - 1 < nkt) { /* into the stage read in iteration it - 1 (barrier-protected) */
             const int nb = (it + NS - 1) % NS;
-            fwd_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
-            fwd_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Ks + nb * BK * C::LDS, qkv, kbase, g.row_stride, (kt + NS - 1) * BK, g.S);
+            attn_load_tile<BK, D, C::NT>(Vs + nb * BK * C::LDS, qkv, vbase, g.row_stride, (kt + NS - 1) * BK, g.S);
         }
         attn_cp_async_commit(); /* possibly empty: keeps the group count uniform */
         attn_cp_async_wait<NS - 1>(); /* tile it (and Q) has landed; NS - 1 younger groups may fly */

@@ -111,6 +111,24 @@ __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
 __device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
+ * shared tile, 16 bytes per cp.async; rows at or past S are zero-filled. */
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void attn_load_tile(__nv_bfloat16 *dst, const __nv_bfloat16 *src, int64_t base,
+                                               int64_t stride, int row0, int S) {
+    constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+#pragma unroll
+    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
+        const int e = e0 + (int)threadIdx.x;
+        if (TOTAL % NT == 0 || e < TOTAL) {
+            const int r = e / CPR, ch = e % CPR;
+            const bool ok = row0 + r < S;
+            const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
+            attn_cp_async16(dst + r * (D + 8) + ch * 8, p, ok);
+        }
+    }
+}
+
 /* Waits until at most N of this thread's committed groups are still in flight. */
 template <int N>
 __device__ __forceinline__ void attn_cp_async_wait() {
