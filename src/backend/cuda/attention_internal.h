@@ -1,6 +1,7 @@
 /* attention_internal.h: private to the CUDA attention files (attention*.cu). The geometry
  * every attention kernel receives by value, the index helpers for the packed QKV layout,
- * the Philox dropout draw, the launch check, and the launchers each file provides.
+ * the Philox dropout draw, the tensor-core primitives and padded-tile loads, the launch
+ * check, and the launchers each file provides.
  *
  * Layouts (t = s * B + b, sequence first; see tensor/backend.h):
  *   qkv  [S, B, G, hpg + 2, d]: token t's group g holds hpg query heads, its key, its value
