@@ -263,6 +263,20 @@ static void test_bf16_d128_exact_tiles(void) {
     run_case("bf16 d128 S256", (attn_shape){256, 1, 2, 1, 128, 0, 1}, MC_BF16);
 }
 static void test_bf16_d64_one_row(void) { run_case("bf16 d64 S1", (attn_shape){1, 2, 4, 2, 64, 0, 0}, MC_BF16); }
+/* d 64 without dropout or seg_start runs the Hopper wgmma kernels on an H100/H200 (the
+ * cases above with those: the default backward; deterministic: mma.sync); these add tile
+ * edges (S a multiple of both tile sizes, and one past), MHA, and the same shapes on the
+ * mma.sync kernels with MC_ATTN_WGMMA=0. */
+static void test_bf16_d64_exact_tiles(void) {
+    run_case("bf16 d64 gqa S384", (attn_shape){384, 1, 8, 2, 64, 0, 0}, MC_BF16);
+}
+static void test_bf16_d64_mha_tail(void) { run_case("bf16 d64 mha S513", (attn_shape){513, 2, 3, 3, 64, 0, 0}, MC_BF16); }
+static void test_bf16_d64_mma_sync(void) {
+    setenv("MC_ATTN_WGMMA", "0", 1);
+    run_case("bf16 d64 gqa S200 mma.sync", (attn_shape){200, 2, 8, 2, 64, 0, 0}, MC_BF16);
+    run_case("bf16 d64 mha S513 mma.sync", (attn_shape){513, 2, 3, 3, 64, 0, 0}, MC_BF16);
+    unsetenv("MC_ATTN_WGMMA");
+}
 static void test_bf16_d32_fallback(void) {
     run_case("bf16 d32 fallback dropout S100", (attn_shape){100, 2, 4, 2, 32, 0.1f, 1}, MC_BF16);
 }
@@ -333,6 +347,9 @@ static void run_tests(void) {
     RUN(test_bf16_d128_gqa_anyseg_dropout);
     RUN(test_bf16_d128_exact_tiles);
     RUN(test_bf16_d64_one_row);
+    RUN(test_bf16_d64_exact_tiles);
+    RUN(test_bf16_d64_mha_tail);
+    RUN(test_bf16_d64_mma_sync);
     RUN(test_bf16_d32_fallback);
 }
 

@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 ldd "$B/megatron-c" | grep -E 'not found' && echo "MISSING LIBRARIES" | tee -a "$OUT/gpu.txt"
 echo "== tests"
-for t in ${GPU_TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism}; do
+for t in ${GPU_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism}; do
     [ -x "$B/$t" ] || continue
     timeout 200 "$B/$t" > "$OUT/$t.log" 2>&1; echo "$t rc $?: $(tail -1 "$OUT/$t.log")"
 done
@@ -22,7 +22,17 @@ timeout 120 "$B/megatron-c" train --num-layers 2 --hidden-size 256 --num-attenti
     > "$OUT/fp16_smoke.log" 2>&1; echo "rc $?"; grep -E "iteration +[0-9]+/" "$OUT/fp16_smoke.log" | cut -c1-400 | tail -6
 if [ "${ATTN_BENCH:-1}" = 1 ]; then
     echo "== attention and AdamW: ours, then PyTorch's (same call)"
-    MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | grep BENCH | tee "$OUT/attn_bench.log"
+    # ATTN_CONFIGS: space-separated runs, each "default", "mma" (MC_ATTN_WGMMA=0: the
+    # mma.sync kernels) or "vN" (MC_ATTN_WG_VARIANT=N: a wgmma tile configuration)
+    for cfg in ${ATTN_CONFIGS:-default mma}; do
+        case $cfg in
+        mma) envs=(MC_ATTN_WGMMA=0) ;;
+        v*) envs=(MC_ATTN_WG_VARIANT=${cfg#v}) ;;
+        *) envs=() ;;
+        esac
+        echo "-- attention config $cfg"
+        env "${envs[@]}" MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | grep BENCH | sed "s/^BENCH/BENCH[$cfg]/" | tee -a "$OUT/attn_bench.log"
+    done
     timeout 150 python3 bench/torch_ops.py 2>&1 | tee "$OUT/torch_ops.log" | grep RESULT
 fi
 echo "== gpu_train (SM clock and power sampled every 500 ms into clocks.csv)"

@@ -3,13 +3,18 @@
  * D = rowsum(dO * O).
  *
  * Kernel choice:
- *   - BF16 with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
+ *   - BF16, head_dim 64, no dropout, no seg_start, 16-byte aligned operands, on a compute
+ *     capability 9.0 GPU: the Hopper wgmma kernels (attention_wgmma_fwd.cu,
+ *     attention_wgmma_bwd.cu; the backward only when it may use atomics, i.e. not
+ *     deterministic);
+ *   - other BF16 cases with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
  *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
  *   - everything else (F32, F16, other head dims up to 256): the simple tiled kernels of
  *     attention_simple.cu, F32 math (they are what the F32 CPU-equivalence tests run;
  *     F16, used by --fp16 only, is slow there but exact enough).
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
- * wrong result between the two paths).
+ * wrong result between the paths); MC_ATTN_WGMMA=0 turns the wgmma kernels off (the
+ * mma.sync ones run instead: for A/B timing and bisection).
  *
  * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
@@ -54,9 +59,55 @@ static void attn_launch_rowdot(cudaStream_t st, const attn_geom &g, float *D, co
 void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out) {
     attn_launch_rowdot<float>(st, g, D, dout, out);
 }
-void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, const __nv_bfloat16 *dout,
+/* BF16 with d a multiple of 8 and 16-byte aligned rows: d / 8 threads a row, 16-byte loads
+ * (the warp-per-row kernel above reads 2 bytes a lane: ~1 TB/s, measured); also zeroes the
+ * row's dQ accumulator when there is one (instead of a separate memset). */
+template <int TPR>
+__global__ void __launch_bounds__(256) attn_rowdot_vec_kernel(attn_geom g, float *D, float *dq_zero,
+                                                              const __nv_bfloat16 *dout, const __nv_bfloat16 *out) {
+    const int64_t nrows = (int64_t)g.S * g.B * g.H;
+    const int64_t row = ((int64_t)blockIdx.x * 256 + threadIdx.x) / TPR;
+    const int c = (int)(threadIdx.x % TPR);
+    const bool ok = row < nrows; /* every lane stays for the shuffles below */
+    const int h = (int)(row % g.H);
+    const int b = (int)((row / g.H) % g.B);
+    const int64_t s = row / ((int64_t)g.H * g.B);
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+    const uint4 o = ok ? *reinterpret_cast<const uint4 *>(out + row * g.d + c * 8) : zero4;
+    const uint4 dO = ok ? *reinterpret_cast<const uint4 *>(dout + row * g.d + c * 8) : zero4;
+    const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&o), *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dO);
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 a = __bfloat1622float2(o2[k]), e = __bfloat1622float2(d2[k]);
+        acc += a.x * e.x + a.y * e.y;
+    }
+#pragma unroll
+    for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (!ok) return;
+    const int64_t r = attn_row_off(g, s, b, h);
+    if (c == 0) D[r] = acc;
+    if (dq_zero) {
+        float4 *z = reinterpret_cast<float4 *>(dq_zero + r * g.d + c * 8);
+        z[0] = z[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *out) {
-    attn_launch_rowdot<__nv_bfloat16>(st, g, D, dout, out);
+    const bool vec = (g.d == 64 || g.d == 128) && ((uintptr_t)dout & 15) == 0 && ((uintptr_t)out & 15) == 0;
+    if (!vec) {
+        attn_launch_rowdot<__nv_bfloat16>(st, g, D, dout, out);
+        if (dq_zero) ATTN_CUDA(cudaMemsetAsync(dq_zero, 0, (size_t)g.B * g.H * g.S * g.d * sizeof(float), st));
+        return;
+    }
+    const int64_t threads = (int64_t)g.S * g.B * g.H * (g.d / 8), blocks = (threads + 255) / 256;
+    MC_ASSERT(blocks <= INT_MAX, "cuda attention: %lld rows is too many", (long long)(threads / (g.d / 8)));
+    if (g.d == 64)
+        attn_rowdot_vec_kernel<8><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, dout, out);
+    else
+        attn_rowdot_vec_kernel<16><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, dout, out);
+    ATTN_CHECK_LAUNCH("attn_rowdot_vec_kernel");
 }
 void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out) {
     attn_launch_rowdot<__half>(st, g, D, dout, out);
@@ -128,6 +179,37 @@ static bool attn_use_mma(const attn_geom &g, mc_dtype dt, const void *a, const v
     return attn_aligned16(a) && attn_aligned16(b) && (!c || attn_aligned16(c)) && (!e || attn_aligned16(e));
 }
 
+static bool attn_env_off(const char *name) {
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
+
+/* (Read at every call, not cached: the tests switch paths within one process.) */
+int attn_wg_variant(void) {
+    const char *e = getenv("MC_ATTN_WG_VARIANT");
+    return e ? atoi(e) : 0;
+}
+
+/* Whether the current device runs sm_90a code (wgmma), cached per device. */
+static bool attn_device_is_sm90(void) {
+    static signed char cache[64];
+    int dev = 0;
+    ATTN_CUDA(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return false;
+    if (cache[dev] == 0) {
+        int major = 0, minor = 0;
+        ATTN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        ATTN_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        cache[dev] = (major == 9 && minor == 0) ? 1 : -1;
+    }
+    return cache[dev] == 1;
+}
+
+/* The wgmma path: see the kernel choice above (the caller checked alignment via attn_use_mma). */
+static bool attn_use_wgmma(const attn_geom &g) {
+    return !attn_env_off("MC_ATTN_WGMMA") && g.d == 64 && g.dropout == 0.0f && !g.seg && attn_device_is_sm90();
+}
+
 extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                                       const mc_attn_desc *d) {
     const char *op = "attention_fwd";
@@ -139,6 +221,8 @@ extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_te
         attn_simple_fwd_f32(stream, g, (float *)out->data, (float *)lse->data, (const float *)qkv->data);
     } else if (dt == MC_F16) {
         attn_simple_fwd_f16(stream, g, (__half *)out->data, (float *)lse->data, (const __half *)qkv->data);
+    } else if (attn_use_mma(g, dt, qkv->data, out->data, NULL, NULL) && attn_use_wgmma(g)) {
+        attn_wg_fwd(stream, g, (__nv_bfloat16 *)out->data, (float *)lse->data, (const __nv_bfloat16 *)qkv->data);
     } else if (attn_use_mma(g, dt, qkv->data, out->data, NULL, NULL)) {
         attn_mma_fwd(stream, g, (__nv_bfloat16 *)out->data, (float *)lse->data, (const __nv_bfloat16 *)qkv->data);
     } else {
@@ -195,10 +279,12 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     const __nv_bfloat16 *dO = (const __nv_bfloat16 *)dout->data, *O = (const __nv_bfloat16 *)out->data,
                         *x = (const __nv_bfloat16 *)qkv->data;
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
-    attn_launch_rowdot_bf16(stream, g, D, dO, O);
-    if (attn_use_mma(g, dt, x, dx, dO, NULL))
-        attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D,
-                     attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL);
+    float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
+    attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && dq_acc && attn_use_wgmma(g))
+        attn_wg_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
+    else if (attn_use_mma(g, dt, x, dx, dO, NULL))
+        attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else
         attn_simple_bwd_bf16(stream, g, dx, dO, x, (const float *)lse->data, D);
 }

@@ -508,7 +508,7 @@ __global__ void dq_store_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *d
     }
 }
 
-/* DQ: the fused kernel (dq_acc zeroed first, dQ stored into dqkv after). */
+/* DQ: the fused kernel (dq_acc zeroed by the caller, dQ stored into dqkv after). */
 template <int D, int NW, int BQ, int NS, int MINB, bool DQ>
 static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc) {
@@ -516,18 +516,25 @@ static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BKV) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
     const size_t smem = DQ ? C::SMEM_DQ : C::SMEM;
-    if (DQ) ATTN_CUDA(cudaMemsetAsync(dq_acc, 0, attn_mma_dq_acc_bytes(g), st));
     auto kernel = attn_mma_dkdv_kernel<D, NW, BQ, NS, MINB, DQ>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<(unsigned)blocks, C::NT, smem, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
     ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
-    if (DQ) {
-        const int64_t n8 = (int64_t)g.B * g.H * g.S * (D / 8);
-        const int threads = 256;
-        const int64_t want = (n8 + threads - 1) / threads, cap = (int64_t)65535 * 16;
-        dq_store_kernel<D><<<(unsigned)(want < cap ? want : cap), threads, 0, st>>>(g, dqkv, dq_acc);
-        ATTN_CHECK_LAUNCH("dq_store_kernel");
-    }
+    if (DQ) attn_launch_dq_store(st, g, dqkv, dq_acc);
+}
+
+void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc) {
+    const int64_t n8 = (int64_t)g.B * g.H * g.S * (g.d / 8);
+    const int threads = 256;
+    const int64_t want = (n8 + threads - 1) / threads, cap = (int64_t)65535 * 16;
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    if (g.d == 64)
+        dq_store_kernel<64><<<blocks, threads, 0, st>>>(g, dqkv, dq_acc);
+    else if (g.d == 128)
+        dq_store_kernel<128><<<blocks, threads, 0, st>>>(g, dqkv, dq_acc);
+    else
+        MC_ASSERT(0, "cuda attention: no dQ store for head_dim %d", g.d);
+    ATTN_CHECK_LAUNCH("dq_store_kernel");
 }
 
 template <int D, int NW, int BK, int NS, int MINB>

@@ -189,9 +189,10 @@ __host__ __device__ __forceinline__ int attn_cdiv(int64_t a, int64_t b) { return
 
 /* ---- launchers (each file's entry points) ---- */
 
-/* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32, BF16 or F16 dO and O. */
+/* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32, BF16 or F16 dO and O; the
+ * BF16 one also zeroes the F32 dQ accumulator [B, H, S, d] when dq_zero is not NULL. */
 void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out);
-void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, const __nv_bfloat16 *dout,
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *out);
 void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out);
 
@@ -213,11 +214,23 @@ void attn_simple_bwd_f16(cudaStream_t st, const attn_geom &g, __half *dqkv, cons
  * the caller checked d and 16-byte alignment. */
 bool attn_mma_supported(int d);
 void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
-/* dq_acc NULL: deterministic (dQ by its own pass over the key tiles); otherwise an F32
+/* dq_acc NULL: deterministic (dQ by its own pass over the key tiles); otherwise a zeroed F32
  * [B, H, S, d] buffer of attn_mma_dq_acc_bytes(g) into which the key-side kernel adds dQ
  * with atomics (faster, but the summation order varies from run to run). */
 size_t attn_mma_dq_acc_bytes(const attn_geom &g);
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+/* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. */
+void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc);
+
+/* attention_wgmma_fwd.cu / attention_wgmma_bwd.cu: Hopper wgmma kernels for d = 64 without
+ * dropout or seg_start, on a compute capability 9.0 device (attention.cu checks all that).
+ * The backward always sums dQ into dq_acc (zeroed by the caller) with atomics. */
+void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
+void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                 const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+/* MC_ATTN_WG_VARIANT (default 0): which tile configuration the wgmma kernels use, for
+ * timing the alternatives on a GPU. */
+int attn_wg_variant(void);
 
 #endif

@@ -34,20 +34,38 @@ __global__ void xent_rowstats_kernel(float *rowmax, float *stats, const T *logit
     const T *lr = logits + row * v;
     const int64_t groups = (v + 7) / 8;
     float m = -INFINITY, s = 0.0f;
-#pragma unroll 4
-    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-        float x[8], gm = -INFINITY;
-        mc_load_group<T, VEC>(lr, g * 8, v, x);
+    /* XU groups a thread per round, loaded before any is used (several 16-byte loads in
+     * flight per thread: one at a time left this kernel latency-bound at ~2 TB/s) */
+    constexpr int XU = 4;
+    for (int64_t g0 = threadIdx.x; g0 < groups; g0 += XU * (int64_t)blockDim.x) {
+        float x[XU][8];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (g * 8 + k < v) gm = fmaxf(gm, x[k]);
+        for (int u = 0; u < XU; u++) {
+            const int64_t g = g0 + u * (int64_t)blockDim.x;
+            if (g < groups) {
+                mc_load_group<T, VEC>(lr, g * 8, v, x[u]);
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (!VEC && g * 8 + k >= v) x[u][k] = -INFINITY;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; k++) x[u][k] = -INFINITY;
+            }
+        }
+        float gm = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < XU; u++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) gm = fmaxf(gm, x[u][k]);
         if (gm > m) { /* a new maximum: the sum so far, relative to it (0 * exp(-inf) = 0 at first) */
             s *= __expf(m - gm);
             m = gm;
         }
+        /* m is finite here (group g0 has a real logit), so exp(-inf - m) = 0 for the padding */
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (g * 8 + k < v) s += __expf(x[k] - m); /* ex2.approx: rel. error ~1e-7 near the max */
+        for (int u = 0; u < XU; u++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += __expf(x[u][k] - m); /* ex2.approx: rel. error ~1e-7 near the max */
     }
     xent_warp_combine(m, s);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
