@@ -7,8 +7,9 @@
  * error: F32 < 1e-5, BF16 and F16 < 1e-2 (the F32 statistics and weight gradients of a
  * 16-bit run too).
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
- * attention_bwd, adamw, linear_dgelu_bwd and linear_bwd's bias gradient; init_normal against the CPU's values (within one float ulp);
- * exact fill/convert; sumsq/sumsq_segments/count_zeros.
+ * attention_bwd, adamw, linear_dgelu_bwd and linear_bwd's bias gradient; init_normal
+ * against the CPU's values (within one float ulp); exact fill/convert;
+ * sumsq/sumsq_segments/count_zeros.
  *
  * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
  * MC_CUDA_DEBUG_SYNC=1 makes the backend synchronize after every kernel, so a faulting
