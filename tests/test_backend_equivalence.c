@@ -7,8 +7,9 @@
  * error: F32 < 1e-5, BF16 and F16 < 1e-2 (the F32 statistics and weight gradients of a
  * 16-bit run too).
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
- * attention_bwd and adamw; init_normal against the CPU's values (within one float ulp);
- * exact fill/convert; sumsq/sumsq_segments/count_zeros.
+ * attention_bwd, adamw, linear_dgelu_bwd and linear_bwd's bias gradient; init_normal
+ * against the CPU's values (within one float ulp); exact fill/convert;
+ * sumsq/sumsq_segments/count_zeros.
  *
  * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
  * MC_CUDA_DEBUG_SYNC=1 makes the backend synchronize after every kernel, so a faulting
@@ -412,6 +413,97 @@ static void test_linear(void) {
             cmp("linear_bwd dw (1024 rows)", t, dl(gpu, &gdw), cdw.data, o2 * i2);
             cmp("linear_bwd db (1024 rows)", t, dl(gpu, &gdb), cdb.data, o2);
         }
+    }
+    release_all();
+}
+
+/* linear_gelu_fwd and linear_dgelu_bwd: cuBLASLt's GELU epilogues in BF16 and F16 where
+ * they apply (row length f a multiple of 8, aligned bias and pre), the unfused kernels
+ * elsewhere and in F32; against the CPU, whose ops are the unfused composition. The
+ * backward gets the CPU forward's pre rounded to the dtype, so it is checked on its own.
+ * variant 0: no bias (and no db), 1: bias, 2: bias at an odd element offset. */
+static void linear_gelu_case(mc_dtype dt, int64_t N, int64_t in, int64_t f, int64_t out, int variant) {
+    bool bias = variant > 0;
+    float *x = as_dtype(rnd(N * in, 1.0f), N * in, dt), *w1 = as_dtype(rnd(f * in, 0.2f), f * in, dt);
+    float *b1 = as_dtype(rnd(f, 1.0f), f, dt), *w2 = as_dtype(rnd(out * f, 0.2f), out * f, dt);
+    float *dy = as_dtype(rnd(N * out, 1.0f), N * out, dt), *db0 = rnd(f, 1.0f);
+    mc_tensor none = mc_tensor_none();
+    mc_tensor cx = mk2(cpu, F32, x, N, in), cw1 = mk2(cpu, F32, w1, f, in), cb1 = mk1(cpu, F32, b1, f);
+    mc_tensor cy = mk2(cpu, F32, NULL, N, f), cpre = mk2(cpu, F32, NULL, N, f);
+    cpu->linear_gelu_fwd(cpu, &cy, &cpre, &cx, &cw1, bias ? &cb1 : &none);
+    float *pre_r = as_dtype(fcopy(cpre.data, N * f), N * f, dt);
+    mc_tensor cpre_r = mk2(cpu, F32, pre_r, N, f), cw2 = mk2(cpu, F32, w2, out, f), cdy = mk2(cpu, F32, dy, N, out);
+    mc_tensor cdpre = mk2(cpu, F32, NULL, N, f), cdb = mk1(cpu, F32, db0, f);
+    cpu->linear_dgelu_bwd(cpu, &cdpre, bias ? &cdb : &none, &cdy, &cw2, &cpre_r);
+
+    mc_tensor gx = mk2(gpu, dt, x, N, in), gw1 = mk2(gpu, dt, w1, f, in), gb1;
+    if (variant == 2) { /* [1 pad][b1] */
+        char *flat = balloc(gpu, (size_t)(1 + f) * mc_dtype_size(dt));
+        upload(gpu, flat + mc_dtype_size(dt), dt, b1, f);
+        gb1 = mc_tensor_1d(flat + mc_dtype_size(dt), dt, f);
+    } else {
+        gb1 = mk1(gpu, dt, b1, f);
+    }
+    mc_tensor gy = mk2(gpu, dt, NULL, N, f), gpre = mk2(gpu, dt, NULL, N, f);
+    gpu->linear_gelu_fwd(gpu, &gy, &gpre, &gx, &gw1, bias ? &gb1 : &none);
+    mc_tensor gpre_r = mk2(gpu, dt, pre_r, N, f), gw2 = mk2(gpu, dt, w2, out, f), gdy = mk2(gpu, dt, dy, N, out);
+    mc_tensor gdpre = mk2(gpu, dt, NULL, N, f), gdb = mk1(gpu, F32, db0, f);
+    gpu->linear_dgelu_bwd(gpu, &gdpre, bias ? &gdb : &none, &gdy, &gw2, &gpre_r);
+    char what[96];
+    const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias unaligned";
+    snprintf(what, sizeof what, "linear_gelu_fwd pre (%lldx%lld->%lld, %s)", (long long)N, (long long)in, (long long)f, vn);
+    cmp(what, dt, dl(gpu, &gpre), cpre.data, N * f);
+    snprintf(what, sizeof what, "linear_gelu_fwd y (%lldx%lld->%lld, %s)", (long long)N, (long long)in, (long long)f, vn);
+    cmp(what, dt, dl(gpu, &gy), cy.data, N * f);
+    snprintf(what, sizeof what, "linear_dgelu_bwd dpre (f=%lld, out=%lld, %s)", (long long)f, (long long)out, vn);
+    cmp(what, dt, dl(gpu, &gdpre), cdpre.data, N * f);
+    if (bias) {
+        snprintf(what, sizeof what, "linear_dgelu_bwd db += (F32) (f=%lld, %s)", (long long)f, vn);
+        cmp(what, dt, dl(gpu, &gdb), cdb.data, f);
+        /* run to run: the epilogue's sums over tokens too */
+        mc_tensor gdpre2 = mk2(gpu, dt, NULL, N, f), gdb2 = mk1(gpu, F32, db0, f);
+        gdb = mk1(gpu, F32, db0, f);
+        gpu->linear_dgelu_bwd(gpu, &gdpre, &gdb, &gdy, &gw2, &gpre_r);
+        gpu->linear_dgelu_bwd(gpu, &gdpre2, &gdb2, &gdy, &gw2, &gpre_r);
+        size_t pb = (size_t)(N * f) * mc_dtype_size(dt);
+        snprintf(what, sizeof what, "linear_dgelu_bwd %s dpre, db (f=%lld)", mc_dtype_name(dt), (long long)f);
+        same_bits(what, dl_raw(gpu, gdpre.data, pb), dl_raw(gpu, gdpre2.data, pb), pb);
+        same_bits(what, dl_raw(gpu, gdb.data, (size_t)f * 4), dl_raw(gpu, gdb2.data, (size_t)f * 4), (size_t)f * 4);
+    }
+}
+
+static void test_linear_gelu(void) {
+    for (int k = 0; k < NDTYPES; k++) {
+        mc_dtype dt = k_dtypes[k];
+        for (int variant = 0; variant < 3; variant++) {
+            linear_gelu_case(dt, 33, 64, 48, 40, variant); /* f % 8 == 0: the epilogues' shape */
+            linear_gelu_case(dt, 33, 64, 36, 40, variant); /* f % 8 != 0: unfused */
+        }
+        linear_gelu_case(dt, 1024, 256, 1024, 256, 1); /* tensor-core sized, many token tiles for db */
+        release_all();
+    }
+}
+
+/* linear_bwd's db from the weight-gradient GEMM (cuBLASLt's BGRADB where it applies): run
+ * to run equal, and equal to what the column sums give when dw is not asked for. */
+static void test_linear_bias_grad(void) {
+    int64_t N = 1000, in = 192, out = 264;
+    for (int k = 0; k < NDTYPES; k++) {
+        mc_dtype dt = k_dtypes[k];
+        float *x = as_dtype(rnd(N * in, 1.0f), N * in, dt), *w = as_dtype(rnd(out * in, 0.1f), out * in, dt);
+        float *dy = as_dtype(rnd(N * out, 1.0f), N * out, dt), *db0 = rnd(out, 1.0f);
+        mc_tensor none = mc_tensor_none();
+        mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gdy = mk2(gpu, dt, dy, N, out);
+        mc_tensor dw1 = mk2(gpu, F32, NULL, out, in), dw2 = mk2(gpu, F32, NULL, out, in);
+        mc_tensor db1 = mk1(gpu, F32, db0, out), db2 = mk1(gpu, F32, db0, out), db3 = mk1(gpu, F32, db0, out);
+        gpu->linear_bwd(gpu, &none, &dw1, &db1, &gdy, &gx, &gw);
+        gpu->linear_bwd(gpu, &none, &dw2, &db2, &gdy, &gx, &gw);
+        gpu->linear_bwd(gpu, &none, &none, &db3, &gdy, &gx, &gw); /* the column-sum kernel */
+        same_bits("linear_bwd dw with db, run to run", dl_raw(gpu, dw1.data, (size_t)(out * in) * 4),
+                  dl_raw(gpu, dw2.data, (size_t)(out * in) * 4), (size_t)(out * in) * 4);
+        same_bits("linear_bwd db from the dw GEMM, run to run", dl_raw(gpu, db1.data, (size_t)out * 4),
+                  dl_raw(gpu, db2.data, (size_t)out * 4), (size_t)out * 4);
+        cmp("linear_bwd db with dw vs db alone", dt, dl(gpu, &db1), dl(gpu, &db3), out);
     }
     release_all();
 }
@@ -1083,6 +1175,29 @@ static void bench_all(void) {
         BENCH("linear_fwd f32 4096^3 (no TF32)", 0, 2.0 * 4096.0 * 4096.0 * 4096.0, gpu->linear_fwd(gpu, &fy, &fx, &fw, &none));
         release_all();
     }
+    { /* GPT-2 124M's MLP at --micro-batch-size 64: N = 65536, h 768, ffn 3072; fused against unfused */
+        const int64_t n = 65536, hh = 768, ff = 3072;
+        mc_tensor xx = mk2(gpu, BF16, NULL, n, hh), w1 = mk2(gpu, BF16, NULL, ff, hh), b1 = mk1(gpu, BF16, NULL, ff);
+        mc_tensor pre = mk2(gpu, BF16, NULL, n, ff), act = mk2(gpu, BF16, NULL, n, ff), w2 = mk2(gpu, BF16, NULL, hh, ff);
+        mc_tensor dy = mk2(gpu, BF16, NULL, n, hh), dact = mk2(gpu, BF16, NULL, n, ff), dpre = mk2(gpu, BF16, NULL, n, ff);
+        mc_tensor db1 = mk1(gpu, F32, NULL, ff), dw2 = mk2(gpu, F32, NULL, hh, ff), db2 = mk1(gpu, F32, NULL, hh);
+        mc_tensor none = mc_tensor_none();
+        gpu->fill(gpu, &xx, 0.1), gpu->fill(gpu, &w1, 0.01), gpu->fill(gpu, &w2, 0.01), gpu->fill(gpu, &dy, 0.01);
+        double fl = 2.0 * (double)n * (double)hh * (double)ff;
+        BENCH("gpt2 fc1 + gelu: linear_fwd, gelu_fwd", 0, fl,
+              (gpu->linear_fwd(gpu, &pre, &xx, &w1, &b1), gpu->gelu_fwd(gpu, &act, &pre, true)));
+        BENCH("gpt2 fc1 + gelu: linear_gelu_fwd", 0, fl, gpu->linear_gelu_fwd(gpu, &act, &pre, &xx, &w1, &b1));
+        BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db (colsum)", 0, fl,
+              (gpu->linear_bwd(gpu, &dact, &none, &none, &dy, &act, &w2), gpu->gelu_bwd(gpu, &dpre, &dact, &pre, true),
+               gpu->linear_bwd(gpu, &none, &none, &db1, &dpre, &xx, &w1)));
+        BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db: linear_dgelu_bwd", 0, fl,
+              gpu->linear_dgelu_bwd(gpu, &dpre, &db1, &dy, &w2, &pre));
+        BENCH("gpt2 fc2 dW, then db (colsum)", 0, fl,
+              (gpu->linear_bwd(gpu, &none, &dw2, &none, &dy, &act, &w2),
+               gpu->linear_bwd(gpu, &none, &none, &db2, &dy, &act, &w2)));
+        BENCH("gpt2 fc2 dW with db (one GEMM where it can)", 0, fl, gpu->linear_bwd(gpu, &none, &dw2, &db2, &dy, &act, &w2));
+        release_all();
+    }
 }
 
 static bool selected(const char *name) {
@@ -1115,6 +1230,8 @@ int main(void) {
     RUN_SELECTED(test_init_normal);
     RUN_SELECTED(test_gemm);
     RUN_SELECTED(test_linear);
+    RUN_SELECTED(test_linear_gelu);
+    RUN_SELECTED(test_linear_bias_grad);
     RUN_SELECTED(test_embedding);
     RUN_SELECTED(test_norms);
     RUN_SELECTED(test_norm_alias);

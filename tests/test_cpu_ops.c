@@ -6,7 +6,7 @@
  *    a direct log-softmax, AdamW against a scalar statement of torch's update, GEMM against
  *    a triple loop;
  *  - exact semantics: dropout masks, vocab-parallel ranges, dtype conversion, determinism
- *    across thread counts. */
+ *    across thread counts, the fused linear + GELU ops bit for bit the ops they fuse. */
 #include <omp.h>
 #include <stdint.h>
 
@@ -321,6 +321,81 @@ static void test_linear(void) {
         check_f32("linear_bwd dx", dxf, dx, n * in);
         check_f32d("linear_bwd dw", delta32(dwf, f32_of(dw0, out * in), out * in), delta(dw, dw0, out * in), out * in);
         if (bias) check_f32d("linear_bwd db", delta32(dbf, f32_of(db0, out), out), delta(db, db0, out), out);
+        tfree_all();
+    }
+}
+
+/* ======================================================================== linear + GELU */
+
+/* fc1 -> tanh GELU -> fc2 with L = sum(z * r), z = gelu(x w1^T (+ b1)) w2^T. */
+typedef struct mlp_case {
+    int64_t n, in, f, out;
+    double *x, *w1, *b1, *w2, *r, *pre, *act, *z;
+} mlp_case;
+
+static double mlp_loss(void *ctx) {
+    mlp_case *c = ctx;
+    mc_tensor Act = t2(c->act, F64, c->n, c->f), Pre = t2(c->pre, F64, c->n, c->f), X = t2(c->x, F64, c->n, c->in);
+    mc_tensor W1 = t2(c->w1, F64, c->f, c->in), B1 = c->b1 ? t1(c->b1, F64, c->f) : mc_tensor_none();
+    be->linear_gelu_fwd(be, &Act, &Pre, &X, &W1, &B1);
+    linear_run(F64, c->n, c->f, c->out, c->z, c->act, c->w2, NULL);
+    return dot(c->z, c->r, c->n * c->out);
+}
+
+/* n doubles as dtype dt (F64 or F32) */
+static void *as_real(mc_dtype dt, const double *v, int64_t n) { return dt == F64 ? (void *)dcopy(v, n) : (void *)f32_of(v, n); }
+static void *real_buf(mc_dtype dt, int64_t n) { return dt == F64 ? (void *)dbuf(n) : (void *)fbuf(n); }
+
+/* The fused ops give exactly the bits of the ops they stand for (the model's unfused path). */
+static void mlp_same_bits(mc_dtype dt, const mlp_case *c) {
+    int64_t n = c->n, in = c->in, f = c->f, out = c->out;
+    size_t es = dt == F64 ? sizeof(double) : sizeof(float);
+    bool bias = c->b1 != NULL;
+    double *db0 = rnd(f, 1);
+    mc_tensor X = t2(as_real(dt, c->x, n * in), dt, n, in), W1 = t2(as_real(dt, c->w1, f * in), dt, f, in);
+    mc_tensor B1 = bias ? t1(as_real(dt, c->b1, f), dt, f) : mc_tensor_none();
+    mc_tensor W2 = t2(as_real(dt, c->w2, out * f), dt, out, f), DY = t2(as_real(dt, c->r, n * out), dt, n, out);
+    mc_tensor pre1 = t2(real_buf(dt, n * f), dt, n, f), act1 = t2(real_buf(dt, n * f), dt, n, f);
+    mc_tensor pre2 = t2(real_buf(dt, n * f), dt, n, f), act2 = t2(real_buf(dt, n * f), dt, n, f);
+    be->linear_gelu_fwd(be, &act1, &pre1, &X, &W1, &B1);
+    be->linear_fwd(be, &pre2, &X, &W1, &B1);
+    be->gelu_fwd(be, &act2, &pre2, true);
+    CHECK(memcmp(pre1.data, pre2.data, (size_t)(n * f) * es) == 0, "%s: linear_gelu_fwd pre differs from linear_fwd",
+          mc_dtype_name(dt));
+    CHECK(memcmp(act1.data, act2.data, (size_t)(n * f) * es) == 0, "%s: linear_gelu_fwd y differs from gelu_fwd",
+          mc_dtype_name(dt));
+    mc_tensor dpre1 = t2(real_buf(dt, n * f), dt, n, f), dpre2 = t2(real_buf(dt, n * f), dt, n, f);
+    mc_tensor dact = t2(real_buf(dt, n * f), dt, n, f), none = mc_tensor_none();
+    mc_tensor db1 = bias ? t1(as_real(dt, db0, f), dt, f) : none, db2 = bias ? t1(as_real(dt, db0, f), dt, f) : none;
+    be->linear_dgelu_bwd(be, &dpre1, &db1, &DY, &W2, &pre1);
+    be->linear_bwd(be, &dact, &none, &none, &DY, &act1, &W2);
+    be->gelu_bwd(be, &dpre2, &dact, &pre1, true);
+    be->linear_bwd(be, &none, &none, &db2, &dpre2, &X, &W1);
+    CHECK(memcmp(dpre1.data, dpre2.data, (size_t)(n * f) * es) == 0,
+          "%s: linear_dgelu_bwd dpre differs from linear_bwd + gelu_bwd", mc_dtype_name(dt));
+    if (bias)
+        CHECK(memcmp(db1.data, db2.data, (size_t)f * es) == 0, "%s: linear_dgelu_bwd db differs from linear_bwd's",
+              mc_dtype_name(dt));
+}
+
+static void test_linear_gelu(void) {
+    for (int bias = 0; bias < 2; bias++) {
+        mlp_case c = {.n = 6, .in = 5, .f = 8, .out = 4};
+        int64_t n = c.n, in = c.in, f = c.f, out = c.out;
+        c.x = rnd(n * in, 1), c.w1 = rnd(f * in, 0.7), c.b1 = bias ? rnd(f, 0.5) : NULL, c.w2 = rnd(out * f, 0.5);
+        c.r = rnd(n * out, 1), c.pre = dbuf(n * f), c.act = dbuf(n * f), c.z = dbuf(n * out);
+        mlp_same_bits(F64, &c);
+        mlp_same_bits(F32, &c);
+        /* gradients of the pair: dpre and db1 from linear_dgelu_bwd, then fc1's linear_bwd */
+        mlp_loss(&c);
+        double *dpre = dbuf(n * f), *db0 = rnd(f, 1), *db = dcopy(db0, f), *dx = dbuf(n * in), *dw1 = dbuf(f * in);
+        mc_tensor DPRE = t2(dpre, F64, n, f), DB = bias ? t1(db, F64, f) : mc_tensor_none();
+        mc_tensor DY = t2(c.r, F64, n, out), W2 = t2(c.w2, F64, out, f), PRE = t2(c.pre, F64, n, f);
+        be->linear_dgelu_bwd(be, &DPRE, &DB, &DY, &W2, &PRE);
+        linear_run_bwd(F64, n, in, f, dx, dw1, NULL, dpre, c.x, c.w1);
+        grad_check("linear_gelu dx", c.x, n * in, dx, mlp_loss, &c, 1 << 20);
+        grad_check("linear_gelu dw1", c.w1, f * in, dw1, mlp_loss, &c, 1 << 20);
+        if (bias) grad_check("linear_dgelu_bwd db", c.b1, f, delta(db, db0, f), mlp_loss, &c, 1 << 20);
         tfree_all();
     }
 }
@@ -1074,6 +1149,7 @@ int main(void) {
     RUN(test_convert);
     RUN(test_gemm);
     RUN(test_linear);
+    RUN(test_linear_gelu);
     RUN(test_embedding);
     RUN(test_layernorm_bias);
     RUN(test_layernorm_nobias);

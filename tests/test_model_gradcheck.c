@@ -150,6 +150,22 @@ static void test_gpt2_family_with_dropout(void) {
     gradcheck(&c, false);
 }
 
+/* The tanh GELU: fc1 and the GELU run as linear_gelu_fwd / linear_dgelu_bwd. */
+static void test_gpt2_family_openai_gelu(void) {
+    mc_config c;
+    base_config(&c);
+    c.model.openai_gelu = true;
+    gradcheck(&c, false);
+}
+
+static void test_gpt2_family_openai_gelu_selective_recompute(void) {
+    mc_config c;
+    base_config(&c);
+    c.model.openai_gelu = true;
+    c.train.recompute_granularity = 1;
+    gradcheck(&c, false);
+}
+
 static void test_gpt2_family_selective_recompute(void) {
     mc_config c;
     base_config(&c);
@@ -190,6 +206,8 @@ int main(void) {
     RUN(test_gpt2_family);
     RUN(test_gpt2_family_with_dropout);
     RUN(test_gpt2_family_selective_recompute);
+    RUN(test_gpt2_family_openai_gelu);
+    RUN(test_gpt2_family_openai_gelu_selective_recompute);
     RUN(test_llama_family_gqa_untied);
     RUN(test_llama_family_partial_rope_doc_mask);
     return check_summary();

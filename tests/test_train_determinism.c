@@ -2,7 +2,9 @@
  *  - two runs with the same seed give bitwise-identical losses and grad norms (CPU; and
  *    CUDA in bf16 and in fp16 when a GPU is present);
  *  - bf16 and fp16 (loss-scaled) training on the GPU track the fp32 CPU loss curve of the
- *    tiny Llama model (the golden fixture's shape) within 2% at every one of 200 steps. */
+ *    tiny Llama model (the golden fixture's shape) within 2% at every one of 200 steps;
+ *  - the same for a tiny GPT-2-style model (biases, tanh GELU), whose CUDA runs take the
+ *    cuBLASLt GELU and bias-gradient epilogues. */
 #include <math.h>
 #include <string.h>
 
@@ -25,6 +27,23 @@ static void tiny_llama(mc_config *c) {
     c->optim.lr_warmup_iters = 10;
     c->optim.adam_beta2 = 0.95f;
 }
+
+/* The same size GPT-2 style: LayerNorm, learned positions, biases, tied head, the tanh
+ * GELU (fused with fc1 in linear_gelu_fwd / linear_dgelu_bwd) with ffn 128, a multiple of
+ * 8, as cuBLASLt's GELU epilogues need. */
+static void tiny_gpt2(mc_config *c) {
+    tiny_llama(c);
+    c->model.group_query_attention = false;
+    c->model.normalization = MC_NORM_LAYERNORM;
+    c->model.position_embedding_type = MC_POS_LEARNED_ABSOLUTE;
+    c->model.swiglu = false;
+    c->model.openai_gelu = true;
+    c->model.ffn_hidden_size = 128;
+    c->model.add_bias_linear = true;
+    c->model.untie_embeddings_and_output_weights = false;
+}
+
+typedef void (*model_fn)(mc_config *c);
 
 typedef enum { FP32, BF16, FP16 } precision;
 
@@ -66,9 +85,9 @@ static int train(mc_config *c, int steps, double *losses, double *norms) {
     return 0;
 }
 
-static void repeat_bitwise(mc_device_choice dev, precision p) {
+static void repeat_bitwise(model_fn model, mc_device_choice dev, precision p) {
     mc_config c;
-    tiny_llama(&c);
+    model(&c);
     c.train.device = dev;
     set_precision(&c, p);
     c.train.deterministic_mode = true;
@@ -83,17 +102,18 @@ static void repeat_bitwise(mc_device_choice dev, precision p) {
     CHECK(l1[STEPS_REPEAT - 1] < l1[0], "the loss did not go down (%.4f -> %.4f)", l1[0], l1[STEPS_REPEAT - 1]);
 }
 
-static void test_cpu_runs_are_bitwise_identical(void) { repeat_bitwise(MC_DEVICE_CPU_ONLY, FP32); }
+static void test_cpu_runs_are_bitwise_identical(void) { repeat_bitwise(tiny_llama, MC_DEVICE_CPU_ONLY, FP32); }
+static void test_cpu_gpt2_runs_are_bitwise_identical(void) { repeat_bitwise(tiny_gpt2, MC_DEVICE_CPU_ONLY, FP32); }
 
 /* Selective recomputation repeats the same kernels: the same bits as keeping activations. */
-static void test_selective_recompute_changes_no_bit(void) {
+static void recompute_changes_no_bit(model_fn model) {
     mc_config c;
-    tiny_llama(&c);
+    model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
     c.model.hidden_dropout = 0.1f;
     double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
     if (train(&c, STEPS_REPEAT, l1, n1)) return;
-    tiny_llama(&c);
+    model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
     c.model.hidden_dropout = 0.1f;
     c.train.recompute_granularity = 1;
@@ -103,18 +123,23 @@ static void test_selective_recompute_changes_no_bit(void) {
               l2[i], n1[i], n2[i]);
 }
 
-static void cuda_repeat_bitwise(precision p) {
+static void test_selective_recompute_changes_no_bit(void) { recompute_changes_no_bit(tiny_llama); }
+static void test_gpt2_selective_recompute_changes_no_bit(void) { recompute_changes_no_bit(tiny_gpt2); }
+
+static void cuda_repeat_bitwise(model_fn model, precision p) {
     if (!mc_backend_cuda_available()) {
         printf("   (no GPU: skipped)\n");
         return;
     }
-    repeat_bitwise(MC_DEVICE_CUDA_ONLY, p);
+    repeat_bitwise(model, MC_DEVICE_CUDA_ONLY, p);
 }
 
-static void test_cuda_bf16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(BF16); }
-static void test_cuda_fp16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(FP16); }
+static void test_cuda_bf16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_llama, BF16); }
+static void test_cuda_fp16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_llama, FP16); }
+static void test_cuda_bf16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, BF16); }
+static void test_cuda_fp16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, FP16); }
 
-static void tracks_cpu_fp32_curve(precision p) {
+static void tracks_cpu_fp32_curve(model_fn model, precision p) {
     if (!mc_backend_cuda_available()) {
         printf("   (no GPU: skipped)\n");
         return;
@@ -122,10 +147,10 @@ static void tracks_cpu_fp32_curve(precision p) {
     const char *name = p == BF16 ? "bf16" : "fp16";
     static double lc[STEPS_CURVE], nc[STEPS_CURVE], lg[STEPS_CURVE], ng[STEPS_CURVE];
     mc_config c;
-    tiny_llama(&c);
+    model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
     if (train(&c, STEPS_CURVE, lc, nc)) return;
-    tiny_llama(&c);
+    model(&c);
     c.train.device = MC_DEVICE_CUDA_ONLY;
     set_precision(&c, p);
     if (train(&c, STEPS_CURVE, lg, ng)) return;
@@ -143,15 +168,23 @@ static void tracks_cpu_fp32_curve(precision p) {
     CHECK(worst < 0.02, "%s differs from fp32 by %.3f%% at step %d", name, 100 * worst, worst_step);
 }
 
-static void test_cuda_bf16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(BF16); }
-static void test_cuda_fp16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(FP16); }
+static void test_cuda_bf16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_llama, BF16); }
+static void test_cuda_fp16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_llama, FP16); }
+static void test_cuda_bf16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, BF16); }
+static void test_cuda_fp16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, FP16); }
 
 int main(void) {
     RUN(test_cpu_runs_are_bitwise_identical);
+    RUN(test_cpu_gpt2_runs_are_bitwise_identical);
     RUN(test_selective_recompute_changes_no_bit);
+    RUN(test_gpt2_selective_recompute_changes_no_bit);
     RUN(test_cuda_bf16_runs_are_bitwise_identical);
     RUN(test_cuda_fp16_runs_are_bitwise_identical);
+    RUN(test_cuda_bf16_gpt2_runs_are_bitwise_identical);
+    RUN(test_cuda_fp16_gpt2_runs_are_bitwise_identical);
     RUN(test_cuda_bf16_tracks_cpu_fp32_curve);
     RUN(test_cuda_fp16_tracks_cpu_fp32_curve);
+    RUN(test_cuda_bf16_gpt2_tracks_cpu_fp32_curve);
+    RUN(test_cuda_fp16_gpt2_tracks_cpu_fp32_curve);
     return check_summary();
 }

@@ -4,6 +4,8 @@
  *   y1 = norm1(x); qkv = y1 Wqkv^T (+b) [column-parallel]; rope(q, k); att = attention(qkv)
  *   t = att Wproj^T [row-parallel] (+b); x_mid = x + dropout(t)
  *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
+ *   (with the tanh GELU, fc1 and act come from one op, linear_gelu_fwd, and backward's
+ *   fc2 input gradient, GELU backward and fc1 bias gradient from linear_dgelu_bwd)
  *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
  * Row-parallel biases are added by TP rank 0 only, before the reduction, so the sum holds
  * them once; every rank computes their (identical) gradient from the full output gradient.
@@ -173,6 +175,11 @@ static mc_tensor *y1_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->y
 static mc_tensor *y2_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y2; }
 static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->act_tmp : &p->m->acts[l].act; }
 
+/* fc1 and a tanh GELU as one op each way (linear_gelu_fwd / linear_dgelu_bwd), which a
+ * backend can fuse into its GEMMs. fc1 is column-parallel, so its bias and the GELU are
+ * local to each TP rank. */
+static bool fused_gelu(const mc_model *m) { return !m->cfg.swiglu && m->cfg.openai_gelu; }
+
 /* The MLP activation of fc1 (forward, and recomputed in backward). */
 static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
     mc_model *m = p->m;
@@ -222,9 +229,14 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     norm_fwd(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
     gather_seq(p, y2_buf(p, l));
     mc_tensor y2 = rows_of(y2_buf(p, l), N), fc1 = rows_of(&a->fc1, N);
-    mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b);
-    be->linear_fwd(be, &fc1, &y2, &w1, &b1);
-    mc_tensor act = activation_fwd(p, l, &fc1);
+    mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b), act;
+    if (fused_gelu(m)) {
+        act = rows_of(act_buf(p, l), N);
+        be->linear_gelu_fwd(be, &act, &fc1, &y2, &w1, &b1);
+    } else {
+        be->linear_fwd(be, &fc1, &y2, &w1, &b1);
+        act = activation_fwd(p, l, &fc1);
+    }
     t = row_parallel_fwd(p, &act, lp->fc2_w, lp->fc2_b);
     mc_tensor out = rows_of(x_out, p->Nl);
     be->dropout_add_fwd(be, &out, &x_mid, &t, hp, m->seed, residual_stream(p, site_mlp_res(l)));
@@ -254,15 +266,24 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N);
     mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
-    be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
-    mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after this */
-    if (m->cfg.swiglu)
-        be->swiglu_bwd(be, &dfc1, &dact, &fc1);
-    else
-        be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+    mc_tensor gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b), dfc1;
+    if (fused_gelu(m)) { /* d fc1 in dact's buffer, with fc1's bias gradient */
+        mc_tensor none = mc_tensor_none();
+        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
+        be->linear_dgelu_bwd(be, &dact, &gb1, &dt, &w2, &fc1);
+        dfc1 = dact;
+        gb1 = none;
+    } else {
+        be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
+        dfc1 = fc1; /* in place: the layer's fc1 output is dead after this */
+        if (m->cfg.swiglu)
+            be->swiglu_bwd(be, &dfc1, &dact, &fc1);
+        else
+            be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+    }
     mc_tensor y2 = norm_output(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
     mc_tensor dy2 = rows_of(&m->dtmp, N);
-    mc_tensor w1 = mc_model_param(m, lp->fc1_w), gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b);
+    mc_tensor w1 = mc_model_param(m, lp->fc1_w);
     be->linear_bwd(be, &dy2, &gw1, &gb1, &dfc1, &y2, &w1);
     mc_tensor dy2_mine = reduce_partial(p, &m->dtmp);
     norm_bwd(p, &m->dres, &dy2_mine, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b);

@@ -121,6 +121,18 @@ struct mc_backend {
     /* dx[N,in] = dy w (overwritten; optional); dw += dy^T x; db += sum_rows(dy) (optional). */
     void (*linear_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w);
+    /* A linear layer and the tanh GELU after it (an MLP's fc1 with --openai-gelu; the exact
+     * GELU has no fused form): pre[N,out] = x[N,in] w[out,in]^T (+ b[out]), kept for the
+     * backward, and y = gelu(pre) as gelu_fwd with tanh. linear_fwd then gelu_fwd, in one
+     * pass where the backend can (cuBLASLt's GELU epilogue). y must not alias pre. */
+    void (*linear_gelu_fwd)(mc_backend *, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,
+                            const mc_tensor *b);
+    /* Its backward from the layer after: dpre[N,f] = gelu'(pre) * (dy[N,out] w[out,f])
+     * (overwritten; must not alias pre or dy) and db[f] += sum_rows dpre (optional; the bias
+     * gradient of the linear that made pre). linear_bwd's dx, then gelu_bwd with tanh, then
+     * linear_bwd's db, in one pass where the backend can. */
+    void (*linear_dgelu_bwd)(mc_backend *, mc_tensor *dpre, mc_tensor *db, const mc_tensor *dy, const mc_tensor *w,
+                             const mc_tensor *pre);
 
     /* ---- embedding (vocab-parallel aware: ids outside [vocab_start, vocab_start+rows) give 0) ----
      * y[N,h] (=, or += when accumulate) table[ids - vocab_start]. */

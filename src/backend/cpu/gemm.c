@@ -1,4 +1,5 @@
-/* gemm.c: general GEMM and the linear layer (forward and backward) through OpenBLAS.
+/* gemm.c: general GEMM and the linear layer (forward and backward) through OpenBLAS, and
+ * the linear + tanh GELU ops (composed of the unfused ones).
  * OpenBLAS threads itself, so these calls sit outside any OpenMP region; the bias fill and
  * the bias-gradient column sums are ours (OpenMP over columns, deterministic). */
 #ifdef REAL
@@ -139,6 +140,34 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *
         mc_cpu_check_numel(op, "db", db, out);
         MC_CPU_DISPATCH(dy->dtype, colsum_add, db->data, dy->data, n, out);
     }
+}
+
+/* The fused ops of backend.h, as exactly the unfused ops (the reference for a backend
+ * that fuses them, and the same bits as the model's unfused path). */
+void mc_cpu_linear_gelu_fwd(mc_backend *be, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,
+                            const mc_tensor *b) {
+    MC_ASSERT(y->data != pre->data, "cpu linear_gelu_fwd: y and pre must not alias");
+    mc_cpu_linear_fwd(be, pre, x, w, b);
+    mc_cpu_gelu_fwd(be, y, pre, true);
+}
+
+void mc_cpu_linear_dgelu_bwd(mc_backend *be, mc_tensor *dpre, mc_tensor *db, const mc_tensor *dy, const mc_tensor *w,
+                             const mc_tensor *pre) {
+    const char *op = "linear_dgelu_bwd";
+    mc_cpu_check_real(op, "dy", dy);
+    mc_cpu_check_dtype(op, "pre", pre, dy->dtype);
+    mc_cpu_check_dtype(op, "dpre", dpre, dy->dtype);
+    int64_t n = mc_cpu_rows(dy), f = mc_cpu_cols(w);
+    mc_cpu_check_2d(op, "pre", pre, n, f);
+    if (mc_tensor_present(db)) {
+        mc_cpu_check_dtype(op, "db", db, dy->dtype);
+        mc_cpu_check_numel(op, "db", db, f);
+    }
+    MC_ASSERT(dpre->data != pre->data && dpre->data != dy->data, "cpu %s: dpre must not alias pre or dy", op);
+    mc_tensor none = mc_tensor_none();
+    mc_cpu_linear_bwd(be, dpre, &none, &none, dy, pre, w); /* pre stands in for x, which only dw reads */
+    mc_cpu_gelu_bwd(be, dpre, dpre, pre, true);
+    if (mc_tensor_present(db)) MC_CPU_DISPATCH(dy->dtype, colsum_add, db->data, dpre->data, n, f);
 }
 
 #endif

@@ -189,6 +189,39 @@ void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc
 void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                         const mc_tensor *x, const mc_tensor *w);
 void mc_cuda_gemm_cache_destroy(mc_cuda_state *st);
+/* The GEMM engine under those entries, for the fused ops (linear_gelu.cu). Row-major
+ * C[m,n] = alpha op(A) op(B) + beta C, m, n, k > 0, A and B of ab_dt, C of c_dt; with an
+ * optional bias[n] of ab_dt. Always runs (cuBLASLt, staged operands or a plain kernel). */
+void mc_cuda_matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                    const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                    const void *bias);
+/* A cuBLASLt epilogue and its operands, in the row-major terms of mc_cuda_matmul (P is
+ * alpha op(A) op(B) + beta C, aux an [m, n] matrix with row length aux_ld):
+ *   GELU_AUX(_BIAS): aux = P (+ bias[n] on every row), written; C = gelu_tanh(aux);
+ *   DGELU(_BGRAD):   C = P * gelu_tanh'(aux), aux read; bias[n] = column sums of C, written;
+ *   BGRADB:          bias[m] = sums of op(A) over k, written.
+ * bias_dt is the bias's (or bias gradient's) dtype: cuBLASLt's default is C's; a request
+ * for another one is answered by the heuristic like any other. */
+typedef struct mc_cuda_epilogue {
+    cublasLtEpilogue_t kind;
+    void *bias; /* NULL: none */
+    mc_dtype bias_dt;
+    void *aux; /* NULL: none */
+    int64_t aux_ld;
+} mc_cuda_epilogue;
+/* mc_cuda_matmul with an epilogue, or false (nothing queued) when cuBLASLt has no
+ * algorithm for it (the caller then runs the unfused kernels). */
+bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                             const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                             const mc_cuda_epilogue *epi);
+/* db[cols] (F32) += column sums of dy[rows, cols] (dtype dt); deterministic. */
+void mc_cuda_colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
+                        int64_t cols);
+/* linear_gelu.cu */
+void mc_cuda_linear_gelu_fwd(mc_backend *, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,
+                             const mc_tensor *b);
+void mc_cuda_linear_dgelu_bwd(mc_backend *, mc_tensor *dpre, mc_tensor *db, const mc_tensor *dy, const mc_tensor *w,
+                              const mc_tensor *pre);
 /* embedding.cu */
 void mc_cuda_embedding_fwd(mc_backend *, mc_tensor *y, const mc_tensor *ids, const mc_tensor *table,
                            int64_t vocab_start, bool accumulate);

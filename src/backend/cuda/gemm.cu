@@ -12,11 +12,17 @@
  * with beta = 1 into F32 (dW += into Megatron's main_grad).
  *
  * Descriptor cache: matmul/layout descriptors and the heuristic's algorithm are made once
- * per distinct (m, n, k, transposes, dtypes, bias, beta != 0, pointer alignments) and kept
- * in a small LRU table; the steady state makes no heuristic query. The pointer alignments
- * are part of the key because parameters live at arbitrary element offsets of one flat
- * buffer, and an algorithm picked for 256-byte aligned operands may not run on 2-byte
- * aligned ones. */
+ * per distinct (m, n, k, transposes, dtypes, epilogue, bias and aux operands, beta != 0,
+ * pointer alignments) and kept in a small LRU table; the steady state makes no heuristic
+ * query. The pointer alignments are part of the key because parameters live at arbitrary
+ * element offsets of one flat buffer, and an algorithm picked for 256-byte aligned
+ * operands may not run on 2-byte aligned ones; the heuristic reads the bias and aux
+ * alignments from the pointers set in the descriptor.
+ *
+ * Epilogues beyond BIAS (GELU_AUX_BIAS, DGELU, DGELU_BGRAD, BGRADB) are requested through
+ * mc_cuda_matmul_epilogue, which never aborts for want of an algorithm: it reports false
+ * and the caller runs the unfused kernels (cuBLASLt supports these epilogues for some
+ * dtype, layout and alignment combinations only). */
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdio.h>
@@ -26,10 +32,12 @@ enum { GEMM_CACHE_SIZE = 256 };
 
 typedef struct gemm_key {
     int64_t m, n, k;
+    int64_t aux_ld; /* 0: no aux operand */
     int32_t ta, tb;
-    int32_t ab_dt, c_dt, bias_dt; /* bias_dt -1: no bias epilogue */
+    int32_t ab_dt, c_dt, bias_dt; /* bias_dt -1: no bias (or bias gradient) operand */
+    int32_t epilogue;             /* a cublasLtEpilogue_t */
     int32_t beta_nonzero;
-    uint32_t al_a, al_b, al_c, al_bias;
+    uint32_t al_a, al_b, al_c, al_bias, al_aux;
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -45,6 +53,7 @@ struct mc_cuda_gemm_cache {
     gemm_entry e[GEMM_CACHE_SIZE];
     uint64_t tick;
     bool warned_fallback;
+    int32_t warned_epilogues[8]; /* epilogues already reported as unavailable (0: free slot) */
 };
 
 static void entry_release(gemm_entry *e) {
@@ -160,9 +169,10 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
     return victim; /* unused now: the caller builds it */
 }
 
-/* Builds the descriptors and picks the algorithm for `key` (bias pointer set, since the
- * heuristic reads its alignment). */
-static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, const void *bias, const char *op) {
+/* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
+ * since the heuristic reads their alignment). Returns the heuristic's status. */
+static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, const void *bias,
+                                  const void *aux, const char *op) {
     e->key = *key;
     e->used = true;
     e->last_use = st->gemm->tick;
@@ -173,12 +183,20 @@ static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, c
     cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), op);
     MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), op);
+    cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epilogue;
+    MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
     if (key->bias_dt >= 0) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         int32_t bt = (int32_t)cuda_type((mc_dtype)key->bias_dt);
-        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), op);
         MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt), op);
         MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+    }
+    /* The GELU input matrix has D's layout and, left unset, D's dtype (the only one the
+     * 16-bit and F32 kernels take); only its leading dimension is ours to give. */
+    if (key->aux_ld > 0) {
+        int64_t ld = key->aux_ld;
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+                        op);
+        MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), op);
     }
     /* column-major views: Lt A = our B, Lt B = our A, Lt C = our C transposed */
     uint64_t la_rows = tb ? (uint64_t)k : (uint64_t)n, la_cols = tb ? (uint64_t)n : (uint64_t)k;
@@ -203,18 +221,83 @@ static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, c
     cublasLtMatmulPreferenceDestroy(pref);
     e->has_algo = s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
                   res.workspaceSize <= st->lt_workspace_bytes;
-    if (e->has_algo) {
-        e->algo = res.algo;
-    } else if (!st->gemm->warned_fallback) {
-        st->gemm->warned_fallback = true;
-        fprintf(stderr,
-                "megatron-c: warning: cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (%s%s, %s -> %s, "
-                "alignments %u/%u/%u, bias %s) (%s); operands aligned to < 16 bytes are staged through aligned "
-                "scratch, and the slow fallback kernel runs when that does not help\n",
-                op, (long long)m, (long long)n, (long long)k, ta ? "T" : "N", tb ? "T" : "N",
-                mc_dtype_name((mc_dtype)key->ab_dt), mc_dtype_name((mc_dtype)key->c_dt), key->al_a, key->al_b,
-                key->al_c, key->bias_dt >= 0 ? "yes" : "no", cublasLtGetStatusString(s));
+    if (e->has_algo) e->algo = res.algo;
+    return s;
+}
+
+static const char *epilogue_name(int32_t epi) {
+    switch (epi) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "none";
+    case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+    default: return "other";
     }
+}
+
+/* One line the first time a plain GEMM has no algorithm, and the first time each epilogue
+ * beyond BIAS has none (the op then runs unfused: slower, still correct). */
+static void warn_no_algo(mc_cuda_state *st, const gemm_key *key, const char *op, cublasStatus_t s) {
+    struct mc_cuda_gemm_cache *c = st->gemm;
+    bool fused = key->epilogue != CUBLASLT_EPILOGUE_DEFAULT && key->epilogue != CUBLASLT_EPILOGUE_BIAS;
+    if (!fused) {
+        if (c->warned_fallback) return;
+        c->warned_fallback = true;
+    } else {
+        int slot = 0;
+        while (slot < 8 && c->warned_epilogues[slot] != 0 && c->warned_epilogues[slot] != key->epilogue) slot++;
+        if (slot == 8 || c->warned_epilogues[slot] == key->epilogue) return;
+        c->warned_epilogues[slot] = key->epilogue;
+    }
+    fprintf(stderr,
+            "megatron-c: %s: cuda %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld (%s%s, %s -> %s, "
+            "alignments %u/%u/%u, epilogue %s, bias %s%s, aux ld %lld) (%s); %s\n",
+            fused ? "note" : "warning", op, (long long)key->m, (long long)key->n, (long long)key->k,
+            key->ta ? "T" : "N", key->tb ? "T" : "N", mc_dtype_name((mc_dtype)key->ab_dt),
+            mc_dtype_name((mc_dtype)key->c_dt), key->al_a, key->al_b, key->al_c, epilogue_name(key->epilogue),
+            key->bias_dt >= 0 ? mc_dtype_name((mc_dtype)key->bias_dt) : "none",
+            key->bias_dt >= 0 && key->al_bias < 16 ? " (unaligned)" : "", (long long)key->aux_ld,
+            cublasLtGetStatusString(s),
+            fused ? "running this epilogue's work as separate kernels (reported once per epilogue)"
+                  : "operands aligned to < 16 bytes are staged through aligned scratch, and the slow fallback "
+                    "kernel runs when that does not help");
+}
+
+static void key_init(gemm_key *key, int64_t m, int64_t n, int64_t k, const void *A, bool ta, const void *B, bool tb,
+                     mc_dtype ab_dt, const void *C, mc_dtype c_dt, float beta) {
+    memset(key, 0, sizeof *key); /* padding too: keys are compared with memcmp */
+    key->m = m, key->n = n, key->k = k;
+    key->ta = ta, key->tb = tb;
+    key->ab_dt = ab_dt, key->c_dt = c_dt, key->bias_dt = -1;
+    key->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    key->beta_nonzero = beta != 0.0f;
+    key->al_a = align_of(A), key->al_b = align_of(B), key->al_c = align_of(C);
+}
+
+/* The cached entry for key, built on first use (its heuristic miss reported once). */
+static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void *bias, const void *aux,
+                             const char *op) {
+    gemm_entry *e = cache_lookup(st, key);
+    if (!e->used) {
+        cublasStatus_t s = entry_build(st, e, key, bias, aux, op);
+        if (!e->has_algo) warn_no_algo(st, key, op, s);
+    }
+    return e;
+}
+
+/* Runs a built entry with this call's pointers (the descriptor keeps the last ones set). */
+static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
+                                float beta, const void *bias, const void *aux) {
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (bias) s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (s == CUBLAS_STATUS_SUCCESS && aux)
+        s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
+                          st->lt_workspace, st->lt_workspace_bytes, st->stream);
 }
 
 /* C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows), row-major; m, n, k > 0.
@@ -222,26 +305,19 @@ static void entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, c
  * When cuBLASLt has no algorithm for the operands' alignments, the operands aligned to
  * less than 16 bytes are staged through aligned scratch (a copy is O(size) next to the
  * product's O(m n k)); only if that fails too does the plain kernel run. */
-static void matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
-                   const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
-                   const void *bias) {
+void mc_cuda_matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                    const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                    const void *bias) {
     gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.m = m, key.n = n, key.k = k;
-    key.ta = ta, key.tb = tb;
-    key.ab_dt = ab_dt, key.c_dt = c_dt, key.bias_dt = bias ? (int32_t)ab_dt : -1;
-    key.beta_nonzero = beta != 0.0f;
-    key.al_a = align_of(A), key.al_b = align_of(B), key.al_c = align_of(C);
-    key.al_bias = bias ? align_of(bias) : 0;
-    gemm_entry *e = cache_lookup(st, &key);
-    if (!e->used) entry_build(st, e, &key, bias, op);
+    key_init(&key, m, n, k, A, ta, B, tb, ab_dt, C, c_dt, beta);
+    if (bias) {
+        key.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        key.bias_dt = ab_dt;
+        key.al_bias = align_of(bias);
+    }
+    gemm_entry *e = entry_for(st, &key, bias, NULL, op);
     if (e->has_algo) {
-        if (bias)
-            MC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-                            op);
-        MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
-                                       st->lt_workspace, st->lt_workspace_bytes, st->stream),
-                        op);
+        MC_CUBLAS_CHECK(entry_run(st, e, A, B, C, alpha, beta, bias, NULL), op);
         MC_CUDA_LAUNCHED(st, op);
         return;
     }
@@ -268,8 +344,37 @@ static void matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int6
         C2 = ws + a_room + b_room;
         if (beta != 0.0f) MC_CUDA_CHECK(cudaMemcpyAsync(C2, C, c_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
     }
-    matmul(st, op, m, n, k, A2, ta, B2, tb, ab_dt, C2, c_dt, alpha, beta, bias); /* staged: aligned to 256 */
+    mc_cuda_matmul(st, op, m, n, k, A2, ta, B2, tb, ab_dt, C2, c_dt, alpha, beta, bias); /* staged: aligned to 256 */
     if (sc) MC_CUDA_CHECK(cudaMemcpyAsync(C, C2, c_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
+}
+
+bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                             const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
+                             const mc_cuda_epilogue *epi) {
+    gemm_key key;
+    key_init(&key, m, n, k, A, ta, B, tb, ab_dt, C, c_dt, beta);
+    key.epilogue = epi->kind;
+    if (epi->bias) {
+        key.bias_dt = epi->bias_dt;
+        key.al_bias = align_of(epi->bias);
+    }
+    if (epi->aux) {
+        key.aux_ld = epi->aux_ld;
+        key.al_aux = align_of(epi->aux);
+    }
+    gemm_entry *e = entry_for(st, &key, epi->bias, epi->aux, op);
+    if (!e->has_algo) return false;
+    /* The heuristic can offer an algorithm that cublasLtMatmul then refuses for an epilogue
+     * operand; that is one more "not available here", not an error. */
+    cublasStatus_t s = entry_run(st, e, A, B, C, alpha, beta, epi->bias, epi->aux);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        e->has_algo = false;
+        warn_no_algo(st, &key, op, s);
+        return false;
+    }
+    MC_CUBLAS_CHECK(s, op);
+    MC_CUDA_LAUNCHED(st, op);
+    return true;
 }
 
 /* ---- small kernels: C *= beta, bias broadcast, column sums ---- */
@@ -336,8 +441,8 @@ __global__ void colsum_finish_kernel(float *db, const float *part, int64_t nchun
 }
 
 /* db[cols] (F32) += column sums of dy[rows, cols]; deterministic (fixed chunking). */
-static void colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
-                       int64_t cols) {
+void mc_cuda_colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
+                        int64_t cols) {
     if (rows <= 0 || cols <= 0) return;
     int64_t colblocks = (cols + 31) / 32;
     int64_t target = (int64_t)st->sm_count * 8; /* blocks of 256 threads: about one full wave */
@@ -382,7 +487,7 @@ void mc_cuda_gemm(mc_backend *be, mc_tensor *c, const mc_tensor *a, bool trans_a
         scale_or_zero(st, op, c->data, c->dtype, m * n, beta);
         return;
     }
-    matmul(st, op, m, n, k, a->data, trans_a, b->data, trans_b, a->dtype, c->data, c->dtype, alpha, beta, NULL);
+    mc_cuda_matmul(st, op, m, n, k, a->data, trans_a, b->data, trans_b, a->dtype, c->data, c->dtype, alpha, beta, NULL);
 }
 
 void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b) {
@@ -415,8 +520,27 @@ void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const 
         return;
     }
     /* y[n, out] = x[n, in] w[out, in]^T (+ b) */
-    matmul(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, y->dtype, 1.0f,
-           bias && !epilogue ? 1.0f : 0.0f, epilogue ? b->data : NULL);
+    mc_cuda_matmul(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, y->dtype, 1.0f,
+                   bias && !epilogue ? 1.0f : 0.0f, epilogue ? b->data : NULL);
+}
+
+/* dw[out, in] += dy^T x and db[out] += sum_rows dy in one GEMM, or false (nothing done) when
+ * cuBLASLt has no algorithm for it. BGRADB sums cuBLASLt's op(B) over the GEMM's k: its B
+ * is our dy (column-major [out, n], taken transposed, so op(B) is [k = n tokens, out]), and
+ * that sum is the bias gradient. (BGRADA would sum our x; BGRADB needs op(B) = T, as here.)
+ * The epilogue writes the sums, in the output's dtype (F32), and cannot add them, so they
+ * go to scratch and are added to db. */
+static bool wgrad_bgrad(mc_backend *be, const char *op, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
+                        const mc_tensor *x, int64_t n, int64_t in, int64_t out) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    float *sums = (float *)mc_cuda_workspace(st, (size_t)out * sizeof(float), op);
+    mc_cuda_epilogue epi = {CUBLASLT_EPILOGUE_BGRADB, sums, MC_F32, NULL, 0};
+    if (!mc_cuda_matmul_epilogue(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f,
+                                 1.0f, &epi))
+        return false;
+    mc_tensor s = mc_tensor_1d(sums, MC_F32, out);
+    mc_cuda_add_inplace(be, db, &s);
+    return true;
 }
 
 void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
@@ -434,18 +558,23 @@ void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor 
         mc_cuda_check_2d(op, "dx", dx, n, in);
         if (n > 0 && in > 0) {
             if (out == 0) scale_or_zero(st, op, dx->data, dx->dtype, n * in, 0.0f);
-            else matmul(st, op, n, in, out, dy->data, false, w->data, false, dy->dtype, dx->data, dx->dtype, 1.0f, 0.0f, NULL);
+            else mc_cuda_matmul(st, op, n, in, out, dy->data, false, w->data, false, dy->dtype, dx->data, dx->dtype, 1.0f, 0.0f, NULL);
         }
     }
-    if (mc_tensor_present(dw)) { /* dw[out, in] += dy^T x, into F32 (main_grad) */
+    bool has_dw = mc_tensor_present(dw), has_db = mc_tensor_present(db), db_done = false;
+    if (has_dw) {
         mc_cuda_check_dtype(op, "dw", dw, MC_F32);
         mc_cuda_check_2d(op, "dw", dw, out, in);
-        if (n > 0 && in > 0 && out > 0)
-            matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f, 1.0f, NULL);
     }
-    if (mc_tensor_present(db)) { /* db[out] += sum_rows dy, into F32 */
+    if (has_db) {
         mc_cuda_check_dtype(op, "db", db, MC_F32);
         mc_cuda_check_numel(op, "db", db, out);
-        colsum_add(st, op, (float *)db->data, dy->data, dy->dtype, n, out);
     }
+    if (has_dw && n > 0 && in > 0 && out > 0) { /* dw[out, in] += dy^T x, into F32 (main_grad) */
+        if (has_db) db_done = wgrad_bgrad(be, op, dw, db, dy, x, n, in, out);
+        if (!db_done)
+            mc_cuda_matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f, 1.0f, NULL);
+    }
+    if (has_db && !db_done) /* db[out] += sum_rows dy, into F32 */
+        mc_cuda_colsum_add(st, op, (float *)db->data, dy->data, dy->dtype, n, out);
 }
