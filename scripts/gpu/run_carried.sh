@@ -22,12 +22,11 @@ timeout 120 "$B/megatron-c" train --num-layers 2 --hidden-size 256 --num-attenti
     > "$OUT/fp16_smoke.log" 2>&1; echo "rc $?"; grep -E "iteration +[0-9]+/" "$OUT/fp16_smoke.log" | cut -c1-400 | tail -6
 if [ "${ATTN_BENCH:-1}" = 1 ]; then
     echo "== attention and AdamW: ours, then PyTorch's (same call)"
-    # ATTN_CONFIGS: space-separated runs, each "default", "mma" (MC_ATTN_WGMMA=0: the
-    # mma.sync kernels) or "vN" (MC_ATTN_WG_VARIANT=N: a wgmma tile configuration)
+    # ATTN_CONFIGS: space-separated runs, each "default" or "mma" (MC_ATTN_WGMMA=0: the
+    # mma.sync kernels instead of the wgmma ones)
     for cfg in ${ATTN_CONFIGS:-default mma}; do
         case $cfg in
         mma) envs=(MC_ATTN_WGMMA=0) ;;
-        v*) envs=(MC_ATTN_WG_VARIANT=${cfg#v}) ;;
         *) envs=() ;;
         esac
         echo "-- attention config $cfg"

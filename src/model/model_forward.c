@@ -5,7 +5,9 @@
  *   t = att Wproj^T [row-parallel] (+b); x_mid = x + dropout(t)
  *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
  *   (with the tanh GELU, fc1 and act come from one op, linear_gelu_fwd, and backward's
- *   fc2 input gradient, GELU backward and fc1 bias gradient from linear_dgelu_bwd)
+ *   fc2 input gradient and GELU backward from linear_dgelu_bwd; fc1's bias gradient then
+ *   comes with its weight gradient, which a backend can fuse too, cuBLASLt's BGRAD
+ *   epilogues refusing an F32 bias gradient next to DGELU on the H200)
  *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
  * Row-parallel biases are added by TP rank 0 only, before the reduction, so the sum holds
  * them once; every rank computes their (identical) gradient from the full output gradient.
@@ -243,10 +245,13 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
 }
 
 /* Backward through a residual branch's dropout: the full gradient of the branch output
- * (gathered over the sequence with SP) in dtmp. */
+ * (gathered over the sequence with SP) in dtmp; without dropout and SP it is dres itself,
+ * returned as a view (no copy: every reader of the branch gradient runs before the norm
+ * backward adds into dres). */
 static mc_tensor branch_grad(pass_ctx *p, int site) {
     mc_model *m = p->m;
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
+    if (hp == 0.0f && !m->sp) return rows_of(&m->dres, p->N);
     mc_tensor dres = rows_of(&m->dres, p->Nl), mine = my_rows(p, &m->dtmp);
     p->be->dropout_bwd(p->be, &mine, &dres, hp, m->seed, residual_stream(p, site));
     gather_seq(p, &m->dtmp);
@@ -267,12 +272,11 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
     mc_tensor gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b), dfc1;
-    if (fused_gelu(m)) { /* d fc1 in dact's buffer, with fc1's bias gradient */
+    if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
         mc_tensor none = mc_tensor_none();
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
-        be->linear_dgelu_bwd(be, &dact, &gb1, &dt, &w2, &fc1);
+        be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
-        gb1 = none;
     } else {
         be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
         dfc1 = fc1; /* in place: the layer's fc1 output is dead after this */

@@ -184,12 +184,6 @@ static bool attn_env_off(const char *name) {
     return e && strcmp(e, "0") == 0;
 }
 
-/* (Read at every call, not cached: the tests switch paths within one process.) */
-int attn_wg_variant(void) {
-    const char *e = getenv("MC_ATTN_WG_VARIANT");
-    return e ? atoi(e) : 0;
-}
-
 /* Whether the current device runs sm_90a code (wgmma), cached per device. */
 static bool attn_device_is_sm90(void) {
     static signed char cache[64];
@@ -206,7 +200,7 @@ static bool attn_device_is_sm90(void) {
 }
 
 /* The wgmma path: see the kernel choice above (the caller checked alignment via attn_use_mma). */
-static bool attn_use_wgmma(const attn_geom &g) {
+static bool attn_use_wgmma(const attn_geom &g) { /* (the environment read at every call: tests switch paths) */
     return !attn_env_off("MC_ATTN_WGMMA") && g.d == 64 && g.dropout == 0.0f && !g.seg && attn_device_is_sm90();
 }
 

@@ -229,8 +229,5 @@ void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dq
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
-/* MC_ATTN_WG_VARIANT (default 0): which tile configuration the wgmma kernels use, for
- * timing the alternatives on a GPU. */
-int attn_wg_variant(void);
 
 #endif

@@ -14,7 +14,11 @@
  * A warpgroup stops at the last tile its own rows reach (the other may go one further).
  * Grid order as the mma.sync kernel: the query tiles with the most keys first, a kv
  * group's heads adjacent (K/V shared through L2).
- * Output: O / l as bf16, lse = m ln2 + ln l (F32). */
+ * Output: O / l as bf16, lse = m ln2 + ln l (F32).
+ * Configuration (ptxas, sm_90a; timed on an H200 against 128-key tiles with 2 and 3
+ * warpgroups, which take 167 registers and fit one block per SM): 2 warpgroups (128 rows),
+ * 64-key tiles, 115 registers, 49 KB of shared memory, 2 blocks per SM; Llama shape
+ * 0.227 ms vs 0.285 and 0.266, GPT-2 shape 0.40 vs 0.52 and 0.55. */
 #include <limits.h>
 
 #include "backend/cuda/attention_internal.h"
@@ -180,9 +184,5 @@ static void wfwd_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out,
 
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv) {
     MC_ASSERT(g.d == 64, "cuda attention: the wgmma forward is for head_dim 64, not %d", g.d);
-    switch (attn_wg_variant()) {
-    case 1: wfwd_launch<2, 128, 1>(st, g, out, lse, qkv); break;
-    case 2: wfwd_launch<3, 128, 1>(st, g, out, lse, qkv); break;
-    default: wfwd_launch<2, 64, 2>(st, g, out, lse, qkv); break;
-    }
+    wfwd_launch<2, 64, 2>(st, g, out, lse, qkv);
 }

@@ -15,7 +15,9 @@
  *   dtype or alignments, the plain GEMM and the GELU kernels run;
  * - the bias gradient is asked for in F32 (the model's main_grad dtype: a sum over all
  *   tokens rounded to 16 bits would lose digits, and in F16 could overflow); where
- *   DGELU_BGRAD has no F32 bias gradient, DGELU runs and the column-sum kernel sums dpre. */
+ *   DGELU_BGRAD has no F32 bias gradient, DGELU runs and the column-sum kernel sums dpre.
+ *   (That is the case on the H200 with CUDA 13.0's cuBLASLt, measured: so the model asks
+ *   for fc1's bias gradient from fc1's weight-gradient GEMM instead, where BGRADB has it.) */
 #include "backend/cuda/cuda_internal.h"
 
 static bool gelu_epilogue_fits(mc_dtype dt, int64_t cols, const void *aux) {
