@@ -5,8 +5,8 @@
  * Kernel choice:
  *   - BF16, head_dim 64, no dropout, no seg_start, 16-byte aligned operands, on a compute
  *     capability 9.0 GPU: the Hopper wgmma kernels (attention_wgmma_fwd.cu,
- *     attention_wgmma_bwd.cu; the backward only when it may use atomics, i.e. not
- *     deterministic);
+ *     attention_wgmma_bwd.cu; the backward only when its dQ may be summed in a varying
+ *     order, i.e. not deterministic);
  *   - other BF16 cases with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
  *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
  *   - everything else (F32, F16, other head dims up to 256): the simple tiled kernels of
@@ -18,7 +18,8 @@
  *
  * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
- * accumulator [B, heads, S, d] that the key-side kernel adds into with atomics (which
+ * accumulator [B, heads, S, d] that the key-side kernel adds into (atomics, or the wgmma
+ * kernel's bulk adds; which
  * saves recomputing S and dP in a separate dQ pass; see attention_bf16_bwd.cu). */
 #include <limits.h>
 #include <stdlib.h>
@@ -229,7 +230,7 @@ static size_t attn_round256(size_t n) { return (n + 255) / 256 * 256; }
 static size_t attn_d_bytes(const mc_attn_desc *d) {
     return attn_round256((size_t)d->batch * (size_t)d->heads * (size_t)d->seq * sizeof(float));
 }
-/* The tensor-core backward sums dQ in F32 with atomics unless asked to be deterministic. */
+/* The tensor-core backward sums dQ in F32 in a varying order unless asked to be deterministic. */
 static bool attn_fused_dq(const mc_attn_desc *d, mc_dtype dt) {
     return !d->deterministic && dt == MC_BF16 && attn_mma_supported(d->head_dim) && !attn_force_simple();
 }

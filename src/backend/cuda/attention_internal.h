@@ -225,7 +225,7 @@ void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dq
 
 /* attention_wgmma_fwd.cu / attention_wgmma_bwd.cu: Hopper wgmma kernels for d = 64 without
  * dropout or seg_start, on a compute capability 9.0 device (attention.cu checks all that).
- * The backward always sums dQ into dq_acc (zeroed by the caller) with atomics. */
+ * The backward always sums dQ into dq_acc (zeroed by the caller) with bulk adds. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);

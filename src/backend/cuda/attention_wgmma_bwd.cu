@@ -1,7 +1,8 @@
 /* attention_wgmma_bwd.cu: causal flash-attention backward on Hopper's warpgroup MMA (wgmma,
  * sm_90a), BF16 in, F32 accumulation, head_dim 64, no dropout and no seg_start, dQ summed
- * with F32 atomics (not bitwise reproducible: --deterministic-mode and the other cases keep
- * the mma.sync kernels of attention_bf16_bwd.cu).
+ * in F32 by the copy engine's bulk adds (their order varies from run to run: not bitwise
+ * reproducible, so --deterministic-mode and the other cases keep the mma.sync kernels of
+ * attention_bf16_bwd.cu).
  *
  * Block = (64 NWG keys, kv group, batch); warpgroup w owns keys 64 w .. 64 w + 63, its dK
  * and dV in registers for the whole kernel. The block walks the group's heads in order and,
@@ -19,17 +20,20 @@
  *   dQ = dS K                      over all the block's keys, after a block barrier: A = the
  *                                  warpgroups' dS^T tiles read MN-major, B = K MN-major;
  *                                  warpgroup w forms columns 64 w / NWG .. of it (a
- *                                  descriptor starting inside the swizzled rows) and adds
- *                                  them into the F32 dq_acc with float2 atomics.
- * The dQ atomics are what this kernel spends most on beyond its matrix products (measured
- * on an H200 without them: 0.55 instead of 0.84 ms on the 1.5B shape, 1.17 instead of
- * 1.64 on GPT-2's), hence 128-key blocks with one dQ sum for both warpgroups: half the
- * atomics of 64-key blocks. (dS^T goes through shared memory rather than registers for dK
- * as well: that keeps the kernel near 200 registers instead of 254.)
- * Configuration (ptxas, sm_90a; timed on an H200): 2 warpgroups, 206 registers, 113 KB of
- * shared memory, one block per SM; Llama shape 0.77 ms, GPT-2 shape 1.61 (64-key blocks of
- * one warpgroup, 3 blocks per SM at 168 registers, dQ over each warpgroup's own keys: 0.82
- * and 1.90).
+ *                                  descriptor starting inside the swizzled rows) into a
+ *                                  shared F32 tile, which one thread adds into dq_acc with
+ *                                  one bulk reduction (cp.reduce.async.bulk .add.f32: the
+ *                                  tile's 64 rows are contiguous there) while the block
+ *                                  goes on with the next tile.
+ * Summing dQ is what this kernel spends most on beyond its matrix products. Measured on an
+ * H200 (Llama shape / GPT-2 shape): without any dQ sum 0.55 / 1.17 ms; float2 atomics from
+ * every thread, 64-key blocks 0.84 / 1.64, 128-key blocks (one dQ product for both
+ * warpgroups: half the atomics) 0.77 / 1.61; bulk adds of single rows 0.91 / 1.91; one
+ * bulk add of the whole tile 0.74 / 1.56 (kept). (dS^T goes through shared memory rather
+ * than registers for dK as well: that keeps the kernel near 200 registers instead of 254.)
+ * Configuration (ptxas, sm_90a): 2 warpgroups, 191 registers, 114 KB of shared memory, one
+ * block per SM (64-key blocks of one warpgroup, 3 blocks per SM at 168 registers: 0.82 /
+ * 1.90 with atomics).
  * Query rows past S get lse = +inf (p = 0), so only the diagonal tiles need a mask; a tile
  * wholly before a warpgroup's keys is skipped by that warpgroup. */
 #include <limits.h>
@@ -42,7 +46,8 @@ struct wbwd_cfg {
     static constexpr int BN = 64 * NWG; /* keys per block */
     static constexpr int NT = 128 * NWG;
     static constexpr size_t TILES = (size_t)2 * BN * 128 + 4 * 64 * 128 + (size_t)NWG * 64 * 128;
-    static constexpr size_t SMEM = 1024 + TILES + 4 * 64 * sizeof(float);
+    static constexpr size_t DQ_BYTES = (size_t)64 * 64 * sizeof(float); /* a query tile's dQ, F32, contiguous */
+    static constexpr size_t SMEM = 1024 + TILES + 4 * 64 * sizeof(float) + 2 * DQ_BYTES;
 };
 
 template <int NWG, int MINB>
@@ -61,6 +66,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
     unsigned char *dSs = dOs + 2 * 64 * 128;  /* [NWG][64] rows: each warpgroup's dS^T */
     float *lse2_s = (float *)(dSs + NWG * 64 * 128); /* [2][64]: lse log2e (+inf past S) */
     float *D_s = lse2_s + 2 * 64;                     /* [2][64] */
+    float *dQs = D_s + 2 * 64;                        /* [2][64][64]: an item's dQ, staged for the bulk add */
 
     const int64_t ngb = (int64_t)g.G * g.B;
     const int kt = (int)(blockIdx.x / ngb); /* key tile 0 has the most queries: first */
@@ -95,11 +101,27 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
     for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
     unsigned char *Kw = Ks + wg * 8192, *Vw = Vs + wg * 8192, *dSw = dSs + wg * 8192;
 
+    /* dQ: item it's dQ is staged in dQs[it % 2] at its end and added to dq_acc at the start
+     * of item it + 1 (after that item's first barrier) by one bulk add of the tile's rows
+     * (contiguous in dq_acc) from thread 0; the add of item it - 2 has finished reading its
+     * buffer by then (wait_read 1). */
+    int prev_h = 0, prev_i0 = -1;
+    auto flush_dq = [&](int buf) {
+        if (tid == 0) {
+            if (prev_i0 >= 0)
+                wg_bulk_add_f32(dq_acc + attn_row_off(g, prev_i0, b, prev_h) * 64, dQs + (size_t)buf * 64 * 64,
+                                (uint32_t)(min(64, g.S - prev_i0) * 64 * sizeof(float)));
+            wg_bulk_commit();
+            wg_bulk_wait_read<1>();
+        }
+    };
+
     for (int it = 0; it < nitems; it++) {
         const int stage = it & 1;
         attn_cp_async_wait<0>(); /* item it's tiles landed (its side data: plain stores) */
         wg_fence_proxy();
         __syncthreads(); /* visible to all; every warpgroup is done with item it - 1's stage */
+        flush_dq(stage ^ 1);
         if (it + 1 < nitems) load_item(it + 1, stage ^ 1);
         attn_cp_async_commit();
         const int h = grp * g.hpg + it / nqt, i0 = (qt0 + it % nqt) * 64;
@@ -181,17 +203,22 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
         wg_fence_acc(dqa);
         wg_fence_acc(dk);
         wg_fence_acc(dv);
+        /* stage this item's dQ (rows: the tile's queries, same lane mapping as dS^T's keys) */
+        float *dst = dQs + (size_t)stage * 64 * 64 + DQN * wg + cq;
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int i = i0 + krow + 8 * hf; /* dQ rows: the tile's queries, same lane mapping */
-            if (i >= g.S) continue;
-            float *row = dq_acc + attn_row_off(g, i, b, h) * 64 + DQN * wg + cq;
+        for (int hf = 0; hf < 2; hf++)
 #pragma unroll
             for (int jj = 0; jj < DQN / 8; jj++)
-                atomicAdd(reinterpret_cast<float2 *>(row + 8 * jj), make_float2(dqa[4 * jj + 2 * hf], dqa[4 * jj + 2 * hf + 1]));
-        }
+                *reinterpret_cast<float2 *>(dst + (krow + 8 * hf) * 64 + 8 * jj) =
+                    make_float2(dqa[4 * jj + 2 * hf], dqa[4 * jj + 2 * hf + 1]);
+        wg_fence_proxy(); /* the bulk add (async proxy) reads it after the next barrier */
+        prev_h = h;
+        prev_i0 = i0;
     } /* (the next item's first barrier also orders this dS^T read before its rewrite) */
     attn_cp_async_wait<0>(); /* only an empty group can remain */
+    __syncthreads(); /* the last item's dQ is staged */
+    flush_dq((nitems - 1) & 1);
+    if (tid == 0) wg_bulk_wait<0>(); /* landed before the block ends */
 
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {

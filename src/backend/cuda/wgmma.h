@@ -100,6 +100,38 @@ __device__ __forceinline__ unsigned char *wg_smem_align1024(unsigned char *smem)
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
     return smem + ((1024u - (a & 1023u)) & 1023u);
 }
+/* Bulk reduction (the copy engine, sm_90): global[dst .. dst + bytes) += shared[src ..) as
+ * F32, asynchronous; 16-byte aligned, bytes a multiple of 16. Shared memory written by
+ * ordinary stores needs wg_fence_proxy() and a barrier before. Groups: commit after
+ * issuing; wg_bulk_wait_read<N> waits until at most N of this thread's groups may still
+ * read their shared source; wg_bulk_wait<0> until everything has landed. */
+__device__ __forceinline__ void wg_bulk_add_f32(float *dst, const void *src, uint32_t bytes) {
+#if WG_ENABLED
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"((uint32_t)__cvta_generic_to_shared(src)), "r"(bytes)
+                 : "memory");
+#else
+    wg_unsupported();
+#endif
+}
+__device__ __forceinline__ void wg_bulk_commit() {
+#if WG_ENABLED
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wg_bulk_wait_read() {
+#if WG_ENABLED
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wg_bulk_wait() {
+#if WG_ENABLED
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 /* Byte offset of element (r, c) in a swizzled [rows][64] BF16 tile. */
 __device__ __forceinline__ uint32_t wg_sw_off(int r, int c) {
     return (uint32_t)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
