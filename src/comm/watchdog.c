@@ -151,6 +151,9 @@ void mc_comm_fatal(const char *fmt, ...) {
         fprintf(stderr, "megatron-c: error: rank %d: %s\n", mc_rt.world_rank, msg);
         fflush(stderr);
     }
+    /* A moment for the launcher to forward the line before the abort ends the job (as
+     * mc_comm_exit_error's pause: mpirun under load dropped lines of ranks ended at once). */
+    sleep_s(0.3);
     end_job(1);
 }
 
