@@ -1,6 +1,7 @@
 /* wgmma.h: Hopper warpgroup matrix-multiply-accumulate (wgmma, sm_90a) for our own kernels:
  * shared-memory matrix descriptors for 128-byte-swizzled BF16 tiles, the async fences, the
- * instruction wrappers of the shapes the attention kernels use, and the swizzled tile load.
+ * instruction wrappers of the shapes the attention kernels use, the swizzled tile load, and
+ * the copy engine's bulk F32 add from shared to global memory.
  *
  * Tiles: [rows][64] BF16, one 128-byte row each, the 16-byte chunk c of row r stored at chunk
  * c ^ (r % 8) (the hardware's 128B swizzle: address bits 4-6 XOR bits 7-9), the tile starting
