@@ -64,6 +64,17 @@ static inline double check_rel_l2(const float *x, const float *y, long n) {
         fflush(stdout);                                                \
     } while (0)
 
+/* For tests that call the CUDA runtime themselves (cuda_runtime.h included before the
+ * first use): a failing call ends the test with the call, file, line and CUDA's message. */
+#define CU(call)                                                                                       \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
 static inline int check_summary(void) {
     printf("%d passed, %d failed\n", check_tests_passed_, check_tests_failed_);
     return check_tests_failed_ ? 1 : 0;
@@ -82,7 +93,7 @@ static inline char *check_read_file(const char *path, size_t *len) {
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    char *buf = size >= 0 ? (char *)malloc((size_t)size + 1) : NULL;
     size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
     fclose(f);
     if (!buf || got != (size_t)size) {

@@ -39,15 +39,6 @@
 
 #include "backend/cuda/cuda_attention.h"
 
-#define CU(call)                                                                                       \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));     \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-
 static mc_backend *cpu;
 
 typedef struct attn_shape {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cuda/wgmma.h"
+#include "check.h"
 
 enum { MODE_SS_KK_N64, MODE_SS_KK_N128, MODE_RS_MN, MODE_SS_MN_MN, MODE_SS_MN_N32HI, NMODES };
 static const char *mode_name[NMODES] = {"ss_kk_n64", "ss_kk_n128", "rs_mn_n64", "ss_mn_mn", "ss_mn_n32hi"};
@@ -110,15 +111,6 @@ static float bf16_round(float x) {
     return x;
 }
 
-#define CK(call)                                                                      \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
-
 /* One case: returns the relative Frobenius error against the CPU product. Storage:
  *   ss_kk:  a [64 m][64 k], b [N n][64 k]       c = a b^T
  *   rs_mn:  a [64 m][64 k], b [64 k][64 n]      c = a b
@@ -139,19 +131,19 @@ static double run_case(int mode, unsigned seed) {
     }
     __nv_bfloat16 *da, *db;
     float *dc;
-    CK(cudaMalloc(&da, 64 * 64 * 2));
-    CK(cudaMalloc(&db, 128 * 64 * 2));
-    CK(cudaMalloc(&dc, 64 * 128 * sizeof(float)));
-    CK(cudaMemset(db, 0, 128 * 64 * 2));
-    CK(cudaMemcpy(da, ha16, 64 * 64 * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(db, hb16, nb * 2, cudaMemcpyHostToDevice));
+    CU(cudaMalloc(&da, 64 * 64 * 2));
+    CU(cudaMalloc(&db, 128 * 64 * 2));
+    CU(cudaMalloc(&dc, 64 * 128 * sizeof(float)));
+    CU(cudaMemset(db, 0, 128 * 64 * 2));
+    CU(cudaMemcpy(da, ha16, 64 * 64 * 2, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(db, hb16, nb * 2, cudaMemcpyHostToDevice));
     const int smem = 1024 + 64 * 128 + 128 * 128;
-    CK(cudaFuncSetAttribute(wgmma_case_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CU(cudaFuncSetAttribute(wgmma_case_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     wgmma_case_kernel<<<1, 128, smem>>>(mode, da, db, dc);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
+    CU(cudaGetLastError());
+    CU(cudaDeviceSynchronize());
     float *hc = (float *)malloc(64 * N * sizeof(float));
-    CK(cudaMemcpy(hc, dc, 64 * N * sizeof(float), cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(hc, dc, 64 * N * sizeof(float), cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < N; n++) {
@@ -172,25 +164,28 @@ static double run_case(int mode, unsigned seed) {
     return sqrt(num / den);
 }
 
+/* One test per case, so the summary names the layout that broke. */
+static void check_case(int mode) {
+    const double err = run_case(mode, 1234u + mode);
+    printf("  %-12s rel err %.3e\n", mode_name[mode], err);
+    CHECK(err < 1e-4, "%s: relative error %.3e against the CPU product", mode_name[mode], err);
+}
+static void test_ss_kk_n64(void) { check_case(MODE_SS_KK_N64); }
+static void test_ss_kk_n128(void) { check_case(MODE_SS_KK_N128); }
+static void test_rs_mn_n64(void) { check_case(MODE_RS_MN); }
+static void test_ss_mn_mn(void) { check_case(MODE_SS_MN_MN); }
+static void test_ss_mn_n32hi(void) { check_case(MODE_SS_MN_N32HI); }
+
 int main(void) {
     int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("SKIP: no GPU\n");
-        return 77;
-    }
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) check_skip("no GPU");
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        printf("SKIP: wgmma needs compute capability 9.0 (this GPU: %d.%d)\n", prop.major, prop.minor);
-        return 77;
-    }
-    int passed = 0, failed = 0;
-    for (int mode = 0; mode < NMODES; mode++) {
-        const double err = run_case(mode, 1234u + mode);
-        const bool ok = err < 1e-4;
-        printf("%s %-12s rel err %.3e\n", ok ? "PASS" : "FAIL", mode_name[mode], err);
-        ok ? passed++ : failed++;
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major != 9 || prop.minor != 0) check_skip("wgmma needs a compute capability 9.0 GPU");
+    RUN(test_ss_kk_n64);
+    RUN(test_ss_kk_n128);
+    RUN(test_rs_mn_n64);
+    RUN(test_ss_mn_mn);
+    RUN(test_ss_mn_n32hi);
+    return check_summary();
 }
