@@ -5,8 +5,8 @@
  * Kernel choice:
  *   - BF16, head_dim 64, no dropout, no seg_start, 16-byte aligned operands, on a compute
  *     capability 9.0 GPU: the Hopper wgmma kernels (attention_wgmma_fwd.cu,
- *     attention_wgmma_bwd.cu; the backward only when its dQ may be summed in a varying
- *     order, i.e. not deterministic);
+ *     attention_wgmma_bwd.cu, and attention_wgmma_dq.cu for the deterministic backward's
+ *     separate dQ pass);
  *   - other BF16 cases with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
  *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
  *   - everything else (F32, F16, other head dims up to 256): the simple tiled kernels of
@@ -276,7 +276,7 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
     attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
-    if (attn_use_mma(g, dt, x, dx, dO, NULL) && dq_acc && attn_use_wgmma(g))
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
         attn_wg_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else if (attn_use_mma(g, dt, x, dx, dO, NULL))
         attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);

@@ -223,11 +223,14 @@ void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, cons
 /* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. */
 void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc);
 
-/* attention_wgmma_fwd.cu / attention_wgmma_bwd.cu: Hopper wgmma kernels for d = 64 without
- * dropout or seg_start, on a compute capability 9.0 device (attention.cu checks all that).
- * The backward always sums dQ into dq_acc (zeroed by the caller) with bulk adds. */
+/* attention_wgmma_{fwd,bwd,dq}.cu: Hopper wgmma kernels for d = 64 without dropout or
+ * seg_start, on a compute capability 9.0 device (attention.cu checks all that). The
+ * backward sums dQ into dq_acc (zeroed by the caller) with bulk adds, or with dq_acc NULL
+ * (deterministic) forms it by attn_wg_dq's separate pass. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                const __nv_bfloat16 *qkv, const float *lse, const float *D);
 
 #endif

@@ -1,8 +1,9 @@
 /* attention_wgmma_bwd.cu: causal flash-attention backward on Hopper's warpgroup MMA (wgmma,
- * sm_90a), BF16 in, F32 accumulation, head_dim 64, no dropout and no seg_start, dQ summed
- * in F32 by the copy engine's bulk adds (their order varies from run to run: not bitwise
- * reproducible, so --deterministic-mode and the other cases keep the mma.sync kernels of
- * attention_bf16_bwd.cu).
+ * sm_90a), BF16 in, F32 accumulation, head_dim 64, no dropout and no seg_start. dQ is
+ * summed in F32 by the copy engine's bulk adds, whose order varies from run to run; with
+ * --deterministic-mode (dq_acc NULL) this kernel forms dK and dV only and dQ has its own
+ * pass (attention_wgmma_dq.cu). The other cases keep the mma.sync kernels of
+ * attention_bf16_bwd.cu.
  *
  * Block = (64 NWG keys, kv group, batch); warpgroup w owns keys 64 w .. 64 w + 63, its dK
  * and dV in registers for the whole kernel. The block walks the group's heads in order and,
@@ -50,7 +51,7 @@ struct wbwd_cfg {
     static constexpr size_t SMEM = 1024 + TILES + 4 * 64 * sizeof(float) + 2 * DQ_BYTES;
 };
 
-template <int NWG, int MINB>
+template <int NWG, int MINB, bool DQ>
 __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                      const __nv_bfloat16 *dout,
                                                                      const __nv_bfloat16 *qkv, const float *lse,
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
         attn_cp_async_wait<0>(); /* item it's tiles landed (its side data: plain stores) */
         wg_fence_proxy();
         __syncthreads(); /* visible to all; every warpgroup is done with item it - 1's stage */
-        flush_dq(stage ^ 1);
+        if constexpr (DQ) flush_dq(stage ^ 1);
         if (it + 1 < nitems) load_item(it + 1, stage ^ 1);
         attn_cp_async_commit();
         const int h = grp * g.hpg + it / nqt, i0 = (qt0 + it % nqt) * 64;
@@ -180,7 +181,13 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
 #pragma unroll
             for (int k = 0; k < 4; k++) wg_mma_ss_n64<0, 1>(dk, wg_desc(dSw + 32 * k), wg_desc(Qb + 2048 * k), 1);
             wg_commit();
+            if constexpr (!DQ) { /* done with pa and dSw before the next tile rewrites them */
+                wg_wait<0>();
+                wg_fence_acc(dk);
+                wg_fence_acc(dv);
+            }
         }
+        if constexpr (!DQ) continue; /* dQ has its own kernel (attention_wgmma_dq.cu) */
         __syncthreads(); /* every active warpgroup's dS^T tile is complete */
 
         float dqa[DQR];
@@ -216,9 +223,11 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
         prev_i0 = i0;
     } /* (the next item's first barrier also orders this dS^T read before its rewrite) */
     attn_cp_async_wait<0>(); /* only an empty group can remain */
-    __syncthreads(); /* the last item's dQ is staged */
-    flush_dq((nitems - 1) & 1);
-    if (tid == 0) wg_bulk_wait<0>(); /* landed before the block ends */
+    if constexpr (DQ) {
+        __syncthreads(); /* the last item's dQ is staged */
+        flush_dq((nitems - 1) & 1);
+        if (tid == 0) wg_bulk_wait<0>(); /* landed before the block ends */
+    }
 
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
@@ -233,21 +242,26 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_bwd_kernel(attn_geom 
     }
 }
 
-template <int NWG, int MINB>
+template <int NWG, int MINB, bool DQ>
 static void wbwd_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                         const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc) {
     using C = wbwd_cfg<NWG>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_wg_bwd_kernel<NWG, MINB>;
+    auto kernel = attn_wg_bwd_kernel<NWG, MINB, DQ>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
     ATTN_CHECK_LAUNCH("attn_wg_bwd_kernel");
-    attn_launch_dq_store(st, g, dqkv, dq_acc);
 }
 
 void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc) {
-    MC_ASSERT(g.d == 64 && dq_acc, "cuda attention: the wgmma backward is for head_dim 64 with a dQ accumulator");
-    wbwd_launch<2, 1>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+    MC_ASSERT(g.d == 64, "cuda attention: the wgmma backward is for head_dim 64, not %d", g.d);
+    if (dq_acc) {
+        wbwd_launch<2, 1, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
+        attn_launch_dq_store(st, g, dqkv, dq_acc);
+    } else { /* deterministic: dK, dV here, dQ by its own pass */
+        wbwd_launch<2, 1, false>(st, g, dqkv, dout, qkv, lse, D, nullptr);
+        attn_wg_dq(st, g, dqkv, dout, qkv, lse, D);
+    }
 }
