@@ -38,6 +38,7 @@ typedef struct gemm_key {
     int32_t epilogue;             /* a cublasLtEpilogue_t */
     int32_t beta_nonzero;
     uint32_t al_a, al_b, al_c, al_bias, al_aux;
+    uint32_t al_cin; /* the C input's alignment (C is also D, the output, except in mc_cuda_matmul_add) */
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -208,12 +209,12 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulPreference_t pref;
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), op);
     uint64_t ws = st->lt_workspace_bytes;
-    uint32_t al_a = key->al_b, al_b = key->al_a, al_c = key->al_c; /* Lt's A is our B */
+    uint32_t al_a = key->al_b, al_b = key->al_a, al_c = key->al_cin, al_d = key->al_c; /* Lt's A is our B */
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c), op);
-    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c), op);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), op);
     cublasLtMatmulHeuristicResult_t res;
     memset(&res, 0, sizeof res);
     int nres = 0;
@@ -275,6 +276,7 @@ static void key_init(gemm_key *key, int64_t m, int64_t n, int64_t k, const void 
     key->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     key->beta_nonzero = beta != 0.0f;
     key->al_a = align_of(A), key->al_b = align_of(B), key->al_c = align_of(C);
+    key->al_cin = key->al_c;
 }
 
 /* The cached entry for key, built on first use (its heuristic miss reported once). */
@@ -288,15 +290,16 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
     return e;
 }
 
-/* Runs a built entry with this call's pointers (the descriptor keeps the last ones set). */
-static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
-                                float beta, const void *bias, const void *aux) {
+/* Runs a built entry with this call's pointers (the descriptor keeps the last ones set);
+ * C is read (beta != 0) from Cin and written to C. */
+static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C,
+                                const void *Cin, float alpha, float beta, const void *bias, const void *aux) {
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (bias) s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
+    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
                           st->lt_workspace, st->lt_workspace_bytes, st->stream);
 }
 
@@ -317,7 +320,7 @@ void mc_cuda_matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int
     }
     gemm_entry *e = entry_for(st, &key, bias, NULL, op);
     if (e->has_algo) {
-        MC_CUBLAS_CHECK(entry_run(st, e, A, B, C, alpha, beta, bias, NULL), op);
+        MC_CUBLAS_CHECK(entry_run(st, e, A, B, C, C, alpha, beta, bias, NULL), op);
         MC_CUDA_LAUNCHED(st, op);
         return;
     }
@@ -366,7 +369,31 @@ bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64
     if (!e->has_algo) return false;
     /* The heuristic can offer an algorithm that cublasLtMatmul then refuses for an epilogue
      * operand; that is one more "not available here", not an error. */
-    cublasStatus_t s = entry_run(st, e, A, B, C, alpha, beta, epi->bias, epi->aux);
+    cublasStatus_t s = entry_run(st, e, A, B, C, C, alpha, beta, epi->bias, epi->aux);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        e->has_algo = false;
+        warn_no_algo(st, &key, op, s);
+        return false;
+    }
+    MC_CUBLAS_CHECK(s, op);
+    MC_CUDA_LAUNCHED(st, op);
+    return true;
+}
+
+bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                        const void *B, bool tb, mc_dtype ab_dt, void *D, const void *Cin, mc_dtype c_dt,
+                        const void *bias) {
+    gemm_key key;
+    key_init(&key, m, n, k, A, ta, B, tb, ab_dt, D, c_dt, 1.0f);
+    key.al_cin = align_of(Cin);
+    if (bias) {
+        key.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        key.bias_dt = ab_dt;
+        key.al_bias = align_of(bias);
+    }
+    gemm_entry *e = entry_for(st, &key, bias, NULL, op);
+    if (!e->has_algo) return false;
+    cublasStatus_t s = entry_run(st, e, A, B, D, Cin, 1.0f, 1.0f, bias, NULL);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
         e->has_algo = false;
         warn_no_algo(st, &key, op, s);
@@ -522,6 +549,36 @@ void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const 
     /* y[n, out] = x[n, in] w[out, in]^T (+ b) */
     mc_cuda_matmul(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, y->dtype, 1.0f,
                    bias && !epilogue ? 1.0f : 0.0f, epilogue ? b->data : NULL);
+}
+
+/* y = residual + x w^T (+ b): one GEMM reading the residual as its C input and writing y
+ * (D), or linear_fwd into y and then the add (y = residual + y, the unfused ops' exact
+ * order) where cuBLASLt has no algorithm for the operands or the bias is unaligned. */
+void mc_cuda_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                 const mc_tensor *w, const mc_tensor *b) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "linear_residual_fwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_cuda_check_dtype(op, "w", w, x->dtype);
+    mc_cuda_check_dtype(op, "y", y, x->dtype);
+    mc_cuda_check_dtype(op, "residual", residual, x->dtype);
+    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
+    mc_cuda_check_2d(op, "w", w, out, in);
+    mc_cuda_check_2d(op, "y", y, n, out);
+    mc_cuda_check_numel(op, "residual", residual, n * out);
+    bool bias = mc_tensor_present(b);
+    if (bias) {
+        mc_cuda_check_dtype(op, "b", b, x->dtype);
+        mc_cuda_check_numel(op, "b", b, out);
+    }
+    MC_ASSERT(y->data != residual->data, "cuda %s: y must not alias residual", op);
+    if (n == 0 || out == 0) return;
+    if (in > 0 && (!bias || mc_cuda_aligned16(b->data)) &&
+        mc_cuda_matmul_add(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, residual->data,
+                           y->dtype, bias ? b->data : NULL))
+        return;
+    mc_cuda_linear_fwd(be, y, x, w, b);
+    mc_cuda_dropout_add_fwd(be, y, residual, y, 0.0f, 0, 0);
 }
 
 /* dw[out, in] += dy^T x and db[out] += sum_rows dy in one GEMM, or false (nothing done) when
