@@ -26,9 +26,10 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { GEMM_CACHE_SIZE = 256 };
+enum { GEMM_CACHE_SIZE = 256, GEMM_CANDIDATES = 8 };
 
 typedef struct gemm_key {
     int64_t m, n, k;
@@ -48,6 +49,9 @@ typedef struct gemm_entry {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    /* With autotuning, the heuristic's candidates until the first call times them (then 1) */
+    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
+    int ncand;
 } gemm_entry;
 
 struct mc_cuda_gemm_cache {
@@ -170,6 +174,17 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
     return victim; /* unused now: the caller builds it */
 }
 
+/* MC_GEMM_AUTOTUNE=1: time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM
+ * shape's first call and keep the fastest, instead of taking the heuristic's first.
+ * Only for beta = 0 (the timing runs rewrite the output with the same values; a beta != 0
+ * product, such as the weight gradients accumulating into main_grad, would add itself up
+ * again). The choice depends on timings, so two runs may pick differently and differ at
+ * rounding level: not for --deterministic-mode. */
+static bool gemm_autotune_wanted(const gemm_key *key) { /* read per new entry: tests switch it */
+    const char *e = getenv("MC_GEMM_AUTOTUNE");
+    return e && strcmp(e, "1") == 0 && !key->beta_nonzero;
+}
+
 /* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
  * since the heuristic reads their alignment). Returns the heuristic's status. */
 static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, const void *bias,
@@ -215,14 +230,18 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), op);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
+    memset(res, 0, sizeof res);
     int nres = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres);
+    const int want = gemm_autotune_wanted(key) ? GEMM_CANDIDATES : 1;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
-    e->has_algo = s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
-                  res.workspaceSize <= st->lt_workspace_bytes;
-    if (e->has_algo) e->algo = res.algo;
+    e->ncand = 0;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < nres; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->lt_workspace_bytes)
+            e->cand[e->ncand++] = res[i].algo;
+    e->has_algo = e->ncand > 0;
+    if (e->has_algo) e->algo = e->cand[0];
     return s;
 }
 
@@ -290,6 +309,39 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
     return e;
 }
 
+/* Times each candidate of a fresh entry (one warm-up, then 3 runs between CUDA events, on
+ * the backend's stream) and keeps the fastest; a candidate cublasLtMatmul refuses is
+ * skipped. Every run computes this call's product (beta = 0), so the output stays right. */
+static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
+                       float beta, const char *op) {
+    cudaEvent_t t0, t1;
+    MC_CUDA_CHECK(cudaEventCreate(&t0), op);
+    MC_CUDA_CHECK(cudaEventCreate(&t1), op);
+    float best = 0.0f;
+    int best_i = 0;
+    bool any = false;
+    for (int i = 0; i < e->ncand; i++) {
+        const cublasLtMatmulAlgo_t *algo = &e->cand[i];
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo,
+                           st->lt_workspace, st->lt_workspace_bytes, st->stream) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        MC_CUDA_CHECK(cudaEventRecord(t0, st->stream), op);
+        for (int r = 0; r < 3; r++)
+            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
+                                           algo, st->lt_workspace, st->lt_workspace_bytes, st->stream),
+                            op);
+        MC_CUDA_CHECK(cudaEventRecord(t1, st->stream), op);
+        MC_CUDA_CHECK(cudaEventSynchronize(t1), op);
+        float ms = 0.0f;
+        MC_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1), op);
+        if (!any || ms < best) best = ms, best_i = i, any = true;
+    }
+    MC_CUDA_CHECK(cudaEventDestroy(t0), op);
+    MC_CUDA_CHECK(cudaEventDestroy(t1), op);
+    e->algo = e->cand[best_i];
+    e->ncand = 1;
+}
+
 /* Runs a built entry with this call's pointers (the descriptor keeps the last ones set);
  * C is read (beta != 0) from Cin and written to C. */
 static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C,
@@ -299,6 +351,7 @@ static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A,
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (e->ncand > 1) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
     return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
                           st->lt_workspace, st->lt_workspace_bytes, st->stream);
 }
