@@ -400,6 +400,31 @@ static void test_linear_gelu(void) {
     }
 }
 
+/* linear_residual_fwd is linear_fwd then dropout_add_fwd (p = 0), bit for bit, with and
+ * without a bias, in F64 and F32 (the model's path at TP 1 without dropout, whose results
+ * must not depend on which of the two it takes). */
+static void test_linear_residual(void) {
+    int64_t n = 7, in = 5, out = 6;
+    for (int bias = 0; bias < 2; bias++)
+        for (int k = 0; k < 2; k++) {
+            mc_dtype dt = k == 0 ? F64 : F32;
+            size_t es = dt == F64 ? sizeof(double) : sizeof(float);
+            mc_tensor X = t2(as_real(dt, rnd(n * in, 1), n * in), dt, n, in);
+            mc_tensor W = t2(as_real(dt, rnd(out * in, 0.5), out * in), dt, out, in);
+            mc_tensor B = bias ? t1(as_real(dt, rnd(out, 0.5), out), dt, out) : mc_tensor_none();
+            mc_tensor R = t2(as_real(dt, rnd(n * out, 1), n * out), dt, n, out);
+            mc_tensor y1 = t2(real_buf(dt, n * out), dt, n, out), y2 = t2(real_buf(dt, n * out), dt, n, out);
+            mc_tensor t = t2(real_buf(dt, n * out), dt, n, out);
+            be->linear_residual_fwd(be, &y1, &R, &X, &W, &B);
+            be->linear_fwd(be, &t, &X, &W, &B);
+            be->dropout_add_fwd(be, &y2, &R, &t, 0.0f, 0, 0);
+            CHECK(memcmp(y1.data, y2.data, (size_t)(n * out) * es) == 0,
+                  "%s%s: linear_residual_fwd differs from linear_fwd + dropout_add_fwd", mc_dtype_name(dt),
+                  bias ? " (bias)" : "");
+            tfree_all();
+        }
+}
+
 /* ======================================================================== embedding */
 
 typedef struct emb_case {
@@ -1150,6 +1175,7 @@ int main(void) {
     RUN(test_gemm);
     RUN(test_linear);
     RUN(test_linear_gelu);
+    RUN(test_linear_residual);
     RUN(test_embedding);
     RUN(test_layernorm_bias);
     RUN(test_layernorm_nobias);

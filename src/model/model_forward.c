@@ -171,6 +171,21 @@ static mc_tensor row_parallel_fwd(pass_ctx *p, const mc_tensor *x, int wi, int b
     return reduce_partial(p, &m->dtmp);
 }
 
+/* out = residual + dropout(x W^T + b) for a row-parallel linear closing a residual branch:
+ * at TP 1 without dropout one op (linear_residual_fwd: no separate add pass), otherwise the
+ * linear, its TP reduction, then dropout_add. */
+static void residual_branch_fwd(pass_ctx *p, mc_tensor *out, const mc_tensor *residual, const mc_tensor *x, int wi,
+                                int bi, float hp, int site) {
+    mc_model *m = p->m;
+    if (m->tp == 1 && hp == 0.0f) {
+        mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi);
+        p->be->linear_residual_fwd(p->be, out, residual, x, &w, &b);
+        return;
+    }
+    mc_tensor t = row_parallel_fwd(p, x, wi, bi);
+    p->be->dropout_add_fwd(p->be, out, residual, &t, hp, m->seed, residual_stream(p, site));
+}
+
 /* Where layer l's norm outputs and MLP activation live: its own saved buffers, or with
  * selective recomputation the shared scratch that backward refills. */
 static mc_tensor *y1_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y1; }
@@ -224,9 +239,8 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     }
     mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     be->attention_fwd(be, &att, &lse, &qkv, &ad);
-    mc_tensor t = row_parallel_fwd(p, &att, lp->proj_w, lp->proj_b);
     mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
-    be->dropout_add_fwd(be, &x_mid, &x_in, &t, hp, m->seed, residual_stream(p, site_attn_res(l)));
+    residual_branch_fwd(p, &x_mid, &x_in, &att, lp->proj_w, lp->proj_b, hp, site_attn_res(l));
 
     norm_fwd(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
     gather_seq(p, y2_buf(p, l));
@@ -239,9 +253,8 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
         be->linear_fwd(be, &fc1, &y2, &w1, &b1);
         act = activation_fwd(p, l, &fc1);
     }
-    t = row_parallel_fwd(p, &act, lp->fc2_w, lp->fc2_b);
     mc_tensor out = rows_of(x_out, p->Nl);
-    be->dropout_add_fwd(be, &out, &x_mid, &t, hp, m->seed, residual_stream(p, site_mlp_res(l)));
+    residual_branch_fwd(p, &out, &x_mid, &act, lp->fc2_w, lp->fc2_b, hp, site_mlp_res(l));
 }
 
 /* Backward through a residual branch's dropout: the full gradient of the branch output

@@ -121,6 +121,13 @@ struct mc_backend {
     /* dx[N,in] = dy w (overwritten; optional); dw += dy^T x; db += sum_rows(dy) (optional). */
     void (*linear_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w);
+    /* A linear layer whose output lands on the residual stream (the row-parallel linears
+     * at TP 1 without dropout): y[N,out] = residual[N,out] + x[N,in] w[out,in]^T (+ b[out]),
+     * as linear_fwd into y then dropout_add_fwd(y, residual, y, p = 0), in one pass where the
+     * backend can (a GEMM that reads the residual as its C input). y must not alias
+     * residual. */
+    void (*linear_residual_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                const mc_tensor *w, const mc_tensor *b);
     /* A linear layer and the tanh GELU after it (an MLP's fc1 with --openai-gelu; the exact
      * GELU has no fused form): pre[N,out] = x[N,in] w[out,in]^T (+ b[out]), kept for the
      * backward, and y = gelu(pre) as gelu_fwd with tanh. linear_fwd then gelu_fwd, in one

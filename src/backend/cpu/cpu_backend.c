@@ -189,6 +189,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->gemm = mc_cpu_gemm;
     be->linear_fwd = mc_cpu_linear_fwd;
     be->linear_bwd = mc_cpu_linear_bwd;
+    be->linear_residual_fwd = mc_cpu_linear_residual_fwd;
     be->linear_gelu_fwd = mc_cpu_linear_gelu_fwd;
     be->linear_dgelu_bwd = mc_cpu_linear_dgelu_bwd;
     be->embedding_fwd = mc_cpu_embedding_fwd;

@@ -97,6 +97,8 @@ void mc_cpu_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, c
 void mc_cpu_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
 void mc_cpu_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w);
+void mc_cpu_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                const mc_tensor *w, const mc_tensor *b);
 void mc_cpu_linear_gelu_fwd(mc_backend *, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,
                             const mc_tensor *b);
 void mc_cpu_linear_dgelu_bwd(mc_backend *, mc_tensor *dpre, mc_tensor *db, const mc_tensor *dy, const mc_tensor *w,

@@ -108,6 +108,18 @@ void mc_cpu_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const m
                     out);
 }
 
+/* linear_fwd into y, then y = residual + y: the unfused ops, in their order, bit for bit. */
+void mc_cpu_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                const mc_tensor *w, const mc_tensor *b) {
+    const char *op = "linear_residual_fwd";
+    mc_cpu_check_real(op, "x", x);
+    mc_cpu_check_dtype(op, "residual", residual, x->dtype);
+    mc_cpu_check_numel(op, "residual", residual, mc_cpu_rows(x) * mc_cpu_rows(w));
+    MC_ASSERT(y->data != residual->data, "cpu %s: y must not alias residual", op);
+    mc_cpu_linear_fwd(be, y, x, w, b);
+    mc_cpu_dropout_add_fwd(be, y, residual, y, 0.0f, 0, 0);
+}
+
 void mc_cpu_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w) {
     (void)be;

@@ -375,6 +375,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->gemm = mc_cuda_gemm;
     be->linear_fwd = mc_cuda_linear_fwd;
     be->linear_bwd = mc_cuda_linear_bwd;
+    be->linear_residual_fwd = mc_cuda_linear_residual_fwd;
     be->linear_gelu_fwd = mc_cuda_linear_gelu_fwd;
     be->linear_dgelu_bwd = mc_cuda_linear_dgelu_bwd;
     be->embedding_fwd = mc_cuda_embedding_fwd;

@@ -188,6 +188,8 @@ void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, 
 void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
 void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                         const mc_tensor *x, const mc_tensor *w);
+void mc_cuda_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                 const mc_tensor *w, const mc_tensor *b);
 void mc_cuda_gemm_cache_destroy(mc_cuda_state *st);
 /* The GEMM engine under those entries, for the fused ops (linear_gelu.cu). Row-major
  * C[m,n] = alpha op(A) op(B) + beta C, m, n, k > 0, A and B of ab_dt, C of c_dt; with an
@@ -214,6 +216,12 @@ typedef struct mc_cuda_epilogue {
 bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
                              const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
                              const mc_cuda_epilogue *epi);
+/* D[m,n] = op(A) op(B) (+ bias[n]) + Cin[m,n] (D and Cin of c_dt, distinct buffers: the
+ * product lands on a copy of Cin without the copy), or false (nothing queued) when
+ * cuBLASLt has no algorithm for it. */
+bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                        const void *B, bool tb, mc_dtype ab_dt, void *D, const void *Cin, mc_dtype c_dt,
+                        const void *bias);
 /* db[cols] (F32) += column sums of dy[rows, cols] (dtype dt); deterministic. */
 void mc_cuda_colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
                         int64_t cols);

@@ -26,9 +26,10 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { GEMM_CACHE_SIZE = 256 };
+enum { GEMM_CACHE_SIZE = 256, GEMM_CANDIDATES = 8 };
 
 typedef struct gemm_key {
     int64_t m, n, k;
@@ -38,6 +39,7 @@ typedef struct gemm_key {
     int32_t epilogue;             /* a cublasLtEpilogue_t */
     int32_t beta_nonzero;
     uint32_t al_a, al_b, al_c, al_bias, al_aux;
+    uint32_t al_cin; /* the C input's alignment (C is also D, the output, except in mc_cuda_matmul_add) */
 } gemm_key;
 
 typedef struct gemm_entry {
@@ -47,6 +49,9 @@ typedef struct gemm_entry {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    /* With autotuning, the heuristic's candidates until the first call times them (then 1) */
+    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
+    int ncand;
 } gemm_entry;
 
 struct mc_cuda_gemm_cache {
@@ -169,6 +174,17 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
     return victim; /* unused now: the caller builds it */
 }
 
+/* MC_GEMM_AUTOTUNE=1: time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM
+ * shape's first call and keep the fastest, instead of taking the heuristic's first.
+ * Only for beta = 0 (the timing runs rewrite the output with the same values; a beta != 0
+ * product, such as the weight gradients accumulating into main_grad, would add itself up
+ * again). The choice depends on timings, so two runs may pick differently and differ at
+ * rounding level: not for --deterministic-mode. */
+static bool gemm_autotune_wanted(const gemm_key *key) { /* read per new entry: tests switch it */
+    const char *e = getenv("MC_GEMM_AUTOTUNE");
+    return e && strcmp(e, "1") == 0 && !key->beta_nonzero;
+}
+
 /* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
  * since the heuristic reads their alignment). Returns the heuristic's status. */
 static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_key *key, const void *bias,
@@ -208,20 +224,24 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulPreference_t pref;
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), op);
     uint64_t ws = st->lt_workspace_bytes;
-    uint32_t al_a = key->al_b, al_b = key->al_a, al_c = key->al_c; /* Lt's A is our B */
+    uint32_t al_a = key->al_b, al_b = key->al_a, al_c = key->al_cin, al_d = key->al_c; /* Lt's A is our B */
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b), op);
     MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c), op);
-    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c), op);
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+    MC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d), op);
+    cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
+    memset(res, 0, sizeof res);
     int nres = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, 1, &res, &nres);
+    const int want = gemm_autotune_wanted(key) ? GEMM_CANDIDATES : 1;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
-    e->has_algo = s == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS &&
-                  res.workspaceSize <= st->lt_workspace_bytes;
-    if (e->has_algo) e->algo = res.algo;
+    e->ncand = 0;
+    for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < nres; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->lt_workspace_bytes)
+            e->cand[e->ncand++] = res[i].algo;
+    e->has_algo = e->ncand > 0;
+    if (e->has_algo) e->algo = e->cand[0];
     return s;
 }
 
@@ -275,6 +295,7 @@ static void key_init(gemm_key *key, int64_t m, int64_t n, int64_t k, const void 
     key->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     key->beta_nonzero = beta != 0.0f;
     key->al_a = align_of(A), key->al_b = align_of(B), key->al_c = align_of(C);
+    key->al_cin = key->al_c;
 }
 
 /* The cached entry for key, built on first use (its heuristic miss reported once). */
@@ -288,15 +309,50 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
     return e;
 }
 
-/* Runs a built entry with this call's pointers (the descriptor keeps the last ones set). */
-static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
-                                float beta, const void *bias, const void *aux) {
+/* Times each candidate of a fresh entry (one warm-up, then 3 runs between CUDA events, on
+ * the backend's stream) and keeps the fastest; a candidate cublasLtMatmul refuses is
+ * skipped. Every run computes this call's product (beta = 0), so the output stays right. */
+static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
+                       float beta, const char *op) {
+    cudaEvent_t t0, t1;
+    MC_CUDA_CHECK(cudaEventCreate(&t0), op);
+    MC_CUDA_CHECK(cudaEventCreate(&t1), op);
+    float best = 0.0f;
+    int best_i = 0;
+    bool any = false;
+    for (int i = 0; i < e->ncand; i++) {
+        const cublasLtMatmulAlgo_t *algo = &e->cand[i];
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo,
+                           st->lt_workspace, st->lt_workspace_bytes, st->stream) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        MC_CUDA_CHECK(cudaEventRecord(t0, st->stream), op);
+        for (int r = 0; r < 3; r++)
+            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
+                                           algo, st->lt_workspace, st->lt_workspace_bytes, st->stream),
+                            op);
+        MC_CUDA_CHECK(cudaEventRecord(t1, st->stream), op);
+        MC_CUDA_CHECK(cudaEventSynchronize(t1), op);
+        float ms = 0.0f;
+        MC_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1), op);
+        if (!any || ms < best) best = ms, best_i = i, any = true;
+    }
+    MC_CUDA_CHECK(cudaEventDestroy(t0), op);
+    MC_CUDA_CHECK(cudaEventDestroy(t1), op);
+    e->algo = e->cand[best_i];
+    e->ncand = 1;
+}
+
+/* Runs a built entry with this call's pointers (the descriptor keeps the last ones set);
+ * C is read (beta != 0) from Cin and written to C. */
+static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C,
+                                const void *Cin, float alpha, float beta, const void *bias, const void *aux) {
     cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
     if (bias) s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, &e->algo,
+    if (e->ncand > 1) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
+    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
                           st->lt_workspace, st->lt_workspace_bytes, st->stream);
 }
 
@@ -317,7 +373,7 @@ void mc_cuda_matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int
     }
     gemm_entry *e = entry_for(st, &key, bias, NULL, op);
     if (e->has_algo) {
-        MC_CUBLAS_CHECK(entry_run(st, e, A, B, C, alpha, beta, bias, NULL), op);
+        MC_CUBLAS_CHECK(entry_run(st, e, A, B, C, C, alpha, beta, bias, NULL), op);
         MC_CUDA_LAUNCHED(st, op);
         return;
     }
@@ -366,7 +422,31 @@ bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64
     if (!e->has_algo) return false;
     /* The heuristic can offer an algorithm that cublasLtMatmul then refuses for an epilogue
      * operand; that is one more "not available here", not an error. */
-    cublasStatus_t s = entry_run(st, e, A, B, C, alpha, beta, epi->bias, epi->aux);
+    cublasStatus_t s = entry_run(st, e, A, B, C, C, alpha, beta, epi->bias, epi->aux);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        e->has_algo = false;
+        warn_no_algo(st, &key, op, s);
+        return false;
+    }
+    MC_CUBLAS_CHECK(s, op);
+    MC_CUDA_LAUNCHED(st, op);
+    return true;
+}
+
+bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
+                        const void *B, bool tb, mc_dtype ab_dt, void *D, const void *Cin, mc_dtype c_dt,
+                        const void *bias) {
+    gemm_key key;
+    key_init(&key, m, n, k, A, ta, B, tb, ab_dt, D, c_dt, 1.0f);
+    key.al_cin = align_of(Cin);
+    if (bias) {
+        key.epilogue = CUBLASLT_EPILOGUE_BIAS;
+        key.bias_dt = ab_dt;
+        key.al_bias = align_of(bias);
+    }
+    gemm_entry *e = entry_for(st, &key, bias, NULL, op);
+    if (!e->has_algo) return false;
+    cublasStatus_t s = entry_run(st, e, A, B, D, Cin, 1.0f, 1.0f, bias, NULL);
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
         e->has_algo = false;
         warn_no_algo(st, &key, op, s);
@@ -522,6 +602,36 @@ void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const 
     /* y[n, out] = x[n, in] w[out, in]^T (+ b) */
     mc_cuda_matmul(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, y->dtype, 1.0f,
                    bias && !epilogue ? 1.0f : 0.0f, epilogue ? b->data : NULL);
+}
+
+/* y = residual + x w^T (+ b): one GEMM reading the residual as its C input and writing y
+ * (D), or linear_fwd into y and then the add (y = residual + y, the unfused ops' exact
+ * order) where cuBLASLt has no algorithm for the operands or the bias is unaligned. */
+void mc_cuda_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
+                                 const mc_tensor *w, const mc_tensor *b) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "linear_residual_fwd";
+    mc_cuda_check_float(op, "x", x);
+    mc_cuda_check_dtype(op, "w", w, x->dtype);
+    mc_cuda_check_dtype(op, "y", y, x->dtype);
+    mc_cuda_check_dtype(op, "residual", residual, x->dtype);
+    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
+    mc_cuda_check_2d(op, "w", w, out, in);
+    mc_cuda_check_2d(op, "y", y, n, out);
+    mc_cuda_check_numel(op, "residual", residual, n * out);
+    bool bias = mc_tensor_present(b);
+    if (bias) {
+        mc_cuda_check_dtype(op, "b", b, x->dtype);
+        mc_cuda_check_numel(op, "b", b, out);
+    }
+    MC_ASSERT(y->data != residual->data, "cuda %s: y must not alias residual", op);
+    if (n == 0 || out == 0) return;
+    if (in > 0 && (!bias || mc_cuda_aligned16(b->data)) &&
+        mc_cuda_matmul_add(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, residual->data,
+                           y->dtype, bias ? b->data : NULL))
+        return;
+    mc_cuda_linear_fwd(be, y, x, w, b);
+    mc_cuda_dropout_add_fwd(be, y, residual, y, 0.0f, 0, 0);
 }
 
 /* dw[out, in] += dy^T x and db[out] += sum_rows dy in one GEMM, or false (nothing done) when
