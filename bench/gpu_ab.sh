@@ -3,12 +3,13 @@
 # shapes, interleaved A B A B ... in one call, so that the GPU's power and clock state (it
 # runs at its power cap under these loads) hits both sides alike. Prints the median steady
 # tokens/s of every run and the per-side medians.
-#   bench/gpu_ab.sh BIN_A BIN_B [rounds] [shape: llama|llama-x8|gpt2] [-- extra flags for B]
+#   [AB_FLAGS="flags for both sides"] bench/gpu_ab.sh BIN_A BIN_B [rounds] [shape: llama|llama-x8|gpt2] [-- extra flags for B]
 set -uo pipefail
 A=$1 B=$2 ROUNDS=${3:-2} SHAPE=${4:-llama}
 shift 4 2>/dev/null || shift $#
 [ "${1:-}" = "--" ] && shift
 EXTRA_B=("$@")
+read -r -a BOTH <<< "${AB_FLAGS:-}"
 OUTDIR=${OUT:-$(mktemp -d)}/gpu_ab
 mkdir -p "$OUTDIR"
 ITERS=${MC_BENCH_ITERS:-10}
@@ -29,7 +30,7 @@ run() { # side, binary, round, extra...
     shift 3
     local dir="$OUTDIR/${SHAPE}_${side}_$r"
     rm -rf "$dir"
-    "$bin" train "${FLAGS[@]}" "$@" --train-iters "$ITERS" --log-interval 1 --eval-iters 0 --lr 3e-4 \
+    "$bin" train "${FLAGS[@]}" "${BOTH[@]}" "$@" --train-iters "$ITERS" --log-interval 1 --eval-iters 0 --lr 3e-4 \
         --attention-dropout 0 --hidden-dropout 0 --mock-data --tokenizer-type NullTokenizer --device cuda --bf16 \
         --log-dir "$dir" > "$dir.log" 2>&1
     python3 - "$dir/metrics.jsonl" "$side" "$r" <<'PY'

@@ -1,31 +1,53 @@
 #!/usr/bin/env bash
 # On the GPU machine: for every branch packed by scripts/gpu/carry_branches.sh, its GPU
-# tests, then an interleaved A/B of its megatron-c (with its `env`) against the current
-# tree's (bench/gpu_ab.sh, ROUNDS rounds, SHAPES shapes). Logs under $OUT/branches.
+# tests (all branches at once: correctness only, nothing timed), then one by one an
+# interleaved A/B of its megatron-c (with its `env`) against the current tree's
+# (bench/gpu_ab.sh, ROUNDS rounds, SHAPES shapes). A file .carry/gpu/branches/NAME.abflags
+# beside a branch's pack holds flags both sides of its A/B get (say --deterministic-mode
+# for a change to that mode). Logs under $OUT/branches.
 #   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] bash scripts/gpu/run_branches.sh
 set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}
 mkdir -p "$OUT/branches"
+branch_env() { # the branch's VAR=VALUE lines, one per line
+    cat "$1/env"
+}
 for dir in "$C"/branches/*/; do
     [ -d "$dir" ] || continue
     name=$(basename "$dir")
     log="$OUT/branches/$name"
     mkdir -p "$log"
+    (
+        mapfile -t envs < <(branch_env "$dir")
+        for t in test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism; do
+            [ -x "$dir/$t" ] || continue
+            env "${envs[@]}" timeout 300 "$dir/$t" > "$log/$t.log" 2>&1
+            echo "$t rc $?: $(tail -1 "$log/$t.log")" >> "$log/summary"
+        done
+    ) &
+done
+wait
+for dir in "$C"/branches/*/; do
+    [ -d "$dir" ] || continue
+    name=$(basename "$dir")
+    log="$OUT/branches/$name"
     echo "== branch $name: $(cat "$dir/commit")"
-    envs=()
-    while read -r kv; do [ -n "$kv" ] && envs+=("$kv"); done < "$dir/env"
-    for t in test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism; do
-        [ -x "$dir/$t" ] || continue
-        env "${envs[@]}" timeout 200 "$dir/$t" > "$log/$t.log" 2>&1
-        echo "$t rc $?: $(tail -1 "$log/$t.log")"
-    done
+    cat "$log/summary"
     grep -h "worst step" "$log/test_train_determinism.log" 2>/dev/null
+done
+for dir in "$C"/branches/*/; do
+    [ -d "$dir" ] || continue
+    name=$(basename "$dir")
+    log="$OUT/branches/$name"
+    mapfile -t envs < <(branch_env "$dir")
     # the branch's binary with its environment, as one executable for gpu_ab.sh
     printf '#!/bin/sh\nexec env %s %s "$@"\n' "${envs[*]:-}" "$dir/megatron-c" > "$dir/megatron-c-env"
     chmod +x "$dir/megatron-c-env"
+    flags=""
+    [ -f "$C/branches/$name.abflags" ] && flags=$(cat "$C/branches/$name.abflags")
     for shape in ${SHAPES:-llama gpt2}; do
-        OUT="$log" MC_BENCH_ITERS=${MC_BENCH_ITERS:-10} bash bench/gpu_ab.sh "$B/megatron-c" "$dir/megatron-c-env" \
-            "${ROUNDS:-2}" "$shape" 2>&1 | grep "AB median" | sed "s/^/$shape: /"
+        AB_FLAGS="$flags" OUT="$log" MC_BENCH_ITERS=${MC_BENCH_ITERS:-10} bash bench/gpu_ab.sh "$B/megatron-c" \
+            "$dir/megatron-c-env" "${ROUNDS:-2}" "$shape" 2>&1 | grep "AB median" | sed "s/^/$name $shape ${flags:+($flags) }: /"
     done
 done
