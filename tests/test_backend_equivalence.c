@@ -456,11 +456,13 @@ static void test_linear_residual(void) {
     }
 }
 
-/* MC_GEMM_AUTOTUNE=1 (the beta = 0 GEMMs time the heuristic's candidates on first use and
- * keep the fastest): the timing runs must leave the right product behind. Shapes not used
- * elsewhere in this test, so their cache entries are built (and tuned) here. */
+/* GEMM autotuning (on by default outside --deterministic-mode: the beta = 0 GEMMs time the
+ * heuristic's candidates on first use and keep the fastest): the timing runs must leave the
+ * right product behind. Shapes not used elsewhere in this test, so their cache entries are
+ * built (and tuned) here. */
 static void test_linear_autotuned(void) {
-    setenv("MC_GEMM_AUTOTUNE", "1", 1);
+    unsetenv("MC_GEMM_AUTOTUNE");
+    MC_ASSERT(!gpu->reproducible, "the test backend is not in reproducible mode");
     int64_t N = 520, in = 136, out = 200;
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -479,7 +481,6 @@ static void test_linear_autotuned(void) {
         cmp("linear_bwd dx (autotuned GEMM)", dt, dl(gpu, &gdx), cdx.data, N * in);
         release_all();
     }
-    unsetenv("MC_GEMM_AUTOTUNE");
 }
 
 /* linear_gelu_fwd and linear_dgelu_bwd: cuBLASLt's GELU epilogues in BF16 and F16 where
@@ -629,7 +630,7 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     mc_tensor cdw = mk1(cpu, F32, dw0, h), cdb = mk1(cpu, F32, db0, h);
     mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
     mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
-    mc_tensor gdy = mk2(gpu, dt, dy, N, h);
+    mc_tensor gdy = mk2(gpu, dt, dy, N, h), gyre = mk2(gpu, dt, NULL, N, h);
     mc_tensor gdx[2], gdw[2], gdb[2];
     for (int r = 0; r < 2; r++) {
         gdx[r] = mk2(gpu, dt, dx0, N, h);
@@ -642,15 +643,20 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     if (layernorm) {
         cpu->layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
         gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
-        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cdy, &cx, &cw, &cm, &cr);
-        for (int r = 0; r < 2; r++)
-            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, &gdy, &gx, &gw, &gm, &gr);
+        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &none, &cdy, &cx, &cw, &none, &cm, &cr);
+        for (int r = 0; r < 2; r++) /* the first run also rewrites y */
+            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r == 0 ? &gyre : &none, &gdy, &gx,
+                               &gw, with_bias ? &gb : &none, &gm, &gr);
     } else {
         cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
         gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
-        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &cdy, &cx, &cw, &cr);
-        for (int r = 0; r < 2; r++) gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], &gdy, &gx, &gw, &gr);
+        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &none, &cdy, &cx, &cw, &cr);
+        for (int r = 0; r < 2; r++) gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r == 0 ? &gyre : &none, &gdy, &gx, &gw, &gr);
     }
+    snprintf(what, sizeof what, "%s bwd's rewritten y = fwd y", tag);
+    bool same_y = memcmp(dl(gpu, &gyre), dl(gpu, &gy), (size_t)(N * h) * 4) == 0;
+    printf("  %-52s      %s\n", what, same_y ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(same_y, "%s: the backward's y differs from the forward's", what);
     snprintf(what, sizeof what, "%s fwd y", tag);
     cmp(what, dt, dl(gpu, &gy), cy.data, N * h);
     if (layernorm) {
@@ -706,8 +712,9 @@ static void test_norm_alias(void) {
         mc_tensor gr = mk1(gpu, F32, NULL, N), gd = mk2(gpu, dt, dy, N, h), gdw = mk1(gpu, F32, NULL, h);
         cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
         gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
-        cpu->rmsnorm_bwd(cpu, &cd, &cdw, &cd, &cx, &cw, &cr);
-        gpu->rmsnorm_bwd(gpu, &gd, &gdw, &gd, &gx, &gw, &gr);
+        mc_tensor none = mc_tensor_none();
+        cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &cd, &cx, &cw, &cr);
+        gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &gd, &gx, &gw, &gr);
         cmp("rmsnorm_bwd dx aliasing dy", dt, dl(gpu, &gd), cd.data, N * h);
         cmp("rmsnorm_bwd dw (dx aliasing dy)", dt, dl(gpu, &gdw), cdw.data, h);
     }
@@ -786,12 +793,19 @@ static void test_activations(void) {
             mc_tensor cx = mk2(cpu, F32, x, N, 2 * f), cy = mk2(cpu, F32, NULL, N, f), cdy = mk2(cpu, F32, dy, N, f);
             mc_tensor cdx = mk2(cpu, F32, NULL, N, 2 * f);
             mc_tensor gx = mk2(gpu, dt, x, N, 2 * f), gy = mk2(gpu, dt, NULL, N, f), gdy = mk2(gpu, dt, dy, N, f);
-            mc_tensor gdx = mk2(gpu, dt, NULL, N, 2 * f);
+            mc_tensor gdx = mk2(gpu, dt, NULL, N, 2 * f), gyre = mk2(gpu, dt, NULL, N, f), none = mc_tensor_none();
+            mc_tensor gx_in = mk2(gpu, dt, x, N, 2 * f);
             cpu->swiglu_fwd(cpu, &cy, &cx);
             gpu->swiglu_fwd(gpu, &gy, &gx);
-            cpu->swiglu_bwd(cpu, &cdx, &cdy, &cx);
-            gpu->swiglu_bwd(gpu, &gdx, &gdy, &gx);
+            cpu->swiglu_bwd(cpu, &cdx, &none, &cdy, &cx);
+            gpu->swiglu_bwd(gpu, &gdx, &none, &gdy, &gx);
+            gpu->swiglu_bwd(gpu, &gx_in, &gyre, &gdy, &gx_in); /* in place, rewriting y: as the model does */
             char what[96];
+            snprintf(what, sizeof what, "swiglu_bwd f=%lld in place, rewriting y", (long long)f);
+            bool same = memcmp(dl(gpu, &gyre), dl(gpu, &gy), (size_t)(N * f) * 4) == 0 &&
+                        memcmp(dl(gpu, &gx_in), dl(gpu, &gdx), (size_t)(N * 2 * f) * 4) == 0;
+            printf("  %-52s      %s\n", what, same ? "bitwise equal" : "DIFFER  <-- FAIL");
+            CHECK(same, "%s: y or dx differs from the forward's y / the separate dx", what);
             snprintf(what, sizeof what, "swiglu_fwd f=%lld", (long long)f);
             cmp(what, dt, dl(gpu, &gy), cy.data, N * f);
             snprintf(what, sizeof what, "swiglu_bwd f=%lld", (long long)f);
@@ -1148,14 +1162,16 @@ static void bench_all(void) {
     mc_tensor x = mk2(gpu, BF16, NULL, N, h), y = mk2(gpu, BF16, NULL, N, h), dx = mk2(gpu, BF16, NULL, N, h);
     mc_tensor w = mk1(gpu, BF16, NULL, h), rstd = mk1(gpu, F32, NULL, N), mean = mk1(gpu, F32, NULL, N);
     mc_tensor dw = mk1(gpu, F32, NULL, h), db = mk1(gpu, F32, NULL, h), b = mk1(gpu, BF16, NULL, h);
+    mc_tensor none = mc_tensor_none();
     gpu->fill(gpu, &x, 0.5);
     gpu->fill(gpu, &y, 0.25);
     gpu->fill(gpu, &w, 1.0);
     BENCH("rmsnorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->rmsnorm_fwd(gpu, &y, &rstd, &x, &w, 1e-5f));
-    BENCH("rmsnorm_bwd [8192, 4096] (dx +=, dw +=)", 4 * N * h * e, 0, gpu->rmsnorm_bwd(gpu, &dx, &dw, &y, &x, &w, &rstd));
+    BENCH("rmsnorm_bwd [8192, 4096] (dx +=, dw +=)", 4 * N * h * e, 0,
+          gpu->rmsnorm_bwd(gpu, &dx, &dw, &none, &y, &x, &w, &rstd));
     BENCH("layernorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->layernorm_fwd(gpu, &y, &mean, &rstd, &x, &w, &b, 1e-5f));
     BENCH("layernorm_bwd [8192, 4096]", 4 * N * h * e, 0,
-          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &y, &x, &w, &mean, &rstd));
+          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &none, &y, &x, &w, &none, &mean, &rstd));
     BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, gpu->dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
     BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
     release_all();
@@ -1164,7 +1180,7 @@ static void bench_all(void) {
     gpu->fill(gpu, &f1, 0.3);
     gpu->fill(gpu, &act, 0.2);
     BENCH("swiglu_fwd [8192, 2x14336]", 3 * N * ffn * e, 0, gpu->swiglu_fwd(gpu, &act, &f1));
-    BENCH("swiglu_bwd [8192, 2x14336]", 5 * N * ffn * e, 0, gpu->swiglu_bwd(gpu, &df1, &act, &f1));
+    BENCH("swiglu_bwd [8192, 2x14336]", 5 * N * ffn * e, 0, gpu->swiglu_bwd(gpu, &df1, &none, &act, &f1));
     mc_tensor g1 = mk2(gpu, BF16, NULL, N, ffn);
     BENCH("gelu_fwd erf [8192, 14336]", 2 * N * ffn * e, 0, gpu->gelu_fwd(gpu, &g1, &act, false));
     BENCH("gelu_bwd erf [8192, 14336]", 3 * N * ffn * e, 0, gpu->gelu_bwd(gpu, &g1, &g1, &act, false));

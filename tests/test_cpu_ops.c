@@ -492,13 +492,15 @@ static void norm_run(mc_dtype dt, const norm_case *c, void *y, void *mean, void 
     else be->layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, c->eps);
 }
 
-static void norm_run_bwd(mc_dtype dt, const norm_case *c, void *dx, void *dw, void *db, void *dy, void *x, void *w,
-                         void *mean, void *rstd) {
+/* yout (optional): the forward's output rewritten by the backward; b: the forward's bias. */
+static void norm_run_bwd(mc_dtype dt, const norm_case *c, void *dx, void *dw, void *db, void *yout, void *dy, void *x,
+                         void *w, void *b, void *mean, void *rstd) {
     mc_tensor DX = t2(dx, dt, c->n, c->h), DW = t1(dw, dt, c->h), DY = t2(dy, dt, c->n, c->h);
     mc_tensor X = t2(x, dt, c->n, c->h), W = t1(w, dt, c->h), M = t1(mean, dt, c->n), R = t1(rstd, dt, c->n);
-    mc_tensor DB = db ? t1(db, dt, c->h) : mc_tensor_none();
-    if (c->rms) be->rmsnorm_bwd(be, &DX, &DW, &DY, &X, &W, &R);
-    else be->layernorm_bwd(be, &DX, &DW, &DB, &DY, &X, &W, &M, &R);
+    mc_tensor DB = db ? t1(db, dt, c->h) : mc_tensor_none(), B = b ? t1(b, dt, c->h) : mc_tensor_none();
+    mc_tensor Y = yout ? t2(yout, dt, c->n, c->h) : mc_tensor_none();
+    if (c->rms) be->rmsnorm_bwd(be, &DX, &DW, &Y, &DY, &X, &W, &R);
+    else be->layernorm_bwd(be, &DX, &DW, &DB, &Y, &DY, &X, &W, &B, &M, &R);
 }
 
 static double norm_loss(void *ctx) {
@@ -533,13 +535,15 @@ static void norm_test(bool rms, bool bias) {
     /* backward: all accumulate */
     double *dx0 = rnd(nh, 1), *dw0 = rnd(h, 1), *db0 = rnd(h, 1);
     double *dx = dcopy(dx0, nh), *dw = dcopy(dw0, h), *db = dcopy(db0, h);
-    norm_run_bwd(F64, &c, dx, dw, bias ? db : NULL, c.r, c.x, c.w, c.mean, c.rstd);
+    double *yre = dbuf(nh);
+    norm_run_bwd(F64, &c, dx, dw, bias ? db : NULL, yre, c.r, c.x, c.w, c.b, c.mean, c.rstd);
+    CHECK(memcmp(yre, c.y, (size_t)nh * sizeof(double)) == 0, "norm bwd's rewritten y is the forward's, bit for bit");
     grad_check("norm dx", c.x, nh, delta(dx, dx0, nh), norm_loss, &c, 1 << 20);
     grad_check("norm dw", c.w, h, delta(dw, dw0, h), norm_loss, &c, 1 << 20);
     if (bias) grad_check("norm db", c.b, h, delta(db, db0, h), norm_loss, &c, 1 << 20);
     /* dx may alias dy (the column pass runs first) */
     double *alias = dcopy(c.r, nh), *dw_a = dcopy(dw0, h);
-    norm_run_bwd(F64, &c, alias, dw_a, NULL, alias, c.x, c.w, c.mean, c.rstd);
+    norm_run_bwd(F64, &c, alias, dw_a, NULL, NULL, alias, c.x, c.w, c.b, c.mean, c.rstd);
     double *expect = delta(dx, dx0, nh);
     for (int64_t i = 0; i < nh; i++) expect[i] += c.r[i];
     check_close("norm bwd dx aliasing dy", alias, expect, nh, 1e-14);
@@ -551,7 +555,9 @@ static void norm_test(bool rms, bool bias) {
     check_f32("norm fwd rstd", rf, c.rstd, n);
     if (!rms) check_f32("norm fwd mean", mf, c.mean, n);
     float *dxf = f32_of(dx0, nh), *dwf = f32_of(dw0, h), *dbf = f32_of(db0, h);
-    norm_run_bwd(F32, &c, dxf, dwf, bias ? dbf : NULL, f32_of(c.r, nh), xf, wf, mf, rf);
+    float *yref = fbuf(nh);
+    norm_run_bwd(F32, &c, dxf, dwf, bias ? dbf : NULL, yref, f32_of(c.r, nh), xf, wf, bf, mf, rf);
+    CHECK(memcmp(yref, yf, (size_t)nh * sizeof(float)) == 0, "F32 norm bwd's rewritten y is the forward's, bit for bit");
     check_f32d("norm bwd dx", delta32(dxf, f32_of(dx0, nh), nh), delta(dx, dx0, nh), nh);
     check_f32d("norm bwd dw", delta32(dwf, f32_of(dw0, h), h), delta(dw, dw0, h), h);
     if (bias) check_f32d("norm bwd db", delta32(dbf, f32_of(db0, h), h), delta(db, db0, h), h);
@@ -659,11 +665,13 @@ static void act_run(mc_dtype dt, const act_case *c, void *y, void *x) {
     else be->gelu_fwd(be, &Y, &X, c->tanh);
 }
 
-static void act_run_bwd(mc_dtype dt, const act_case *c, void *dx, void *dy, void *x) {
+/* yout (optional, SwiGLU): the forward's output rewritten by the backward. */
+static void act_run_bwd(mc_dtype dt, const act_case *c, void *dx, void *yout, void *dy, void *x) {
     mc_tensor DY = c->swiglu ? t2(dy, dt, c->n, c->f) : t1(dy, dt, c->n);
     mc_tensor X = c->swiglu ? t2(x, dt, c->n, 2 * c->f) : t1(x, dt, c->n), DX = X;
+    mc_tensor Y = yout ? t2(yout, dt, c->n, c->f) : mc_tensor_none();
     DX.data = dx;
-    if (c->swiglu) be->swiglu_bwd(be, &DX, &DY, &X);
+    if (c->swiglu) be->swiglu_bwd(be, &DX, &Y, &DY, &X);
     else be->gelu_bwd(be, &DX, &DY, &X, c->tanh);
 }
 
@@ -687,14 +695,14 @@ static void gelu_test(bool tanh_approx) {
     check_close(tanh_approx ? "gelu against 0.5 x (1 + tanh(.))" : "gelu against 0.5 x (1 + erf(x/sqrt2))", c.y, ref,
                 c.n, 1e-14);
     double *dx = dbuf(c.n);
-    act_run_bwd(F64, &c, dx, c.r, c.x);
+    act_run_bwd(F64, &c, dx, NULL, c.r, c.x);
     grad_check("gelu dx", c.x, c.n, dx, act_loss, &c, 1 << 20);
     double *inplace = dcopy(c.r, c.n);
-    act_run_bwd(F64, &c, inplace, inplace, c.x);
+    act_run_bwd(F64, &c, inplace, NULL, inplace, c.x);
     check_close("gelu_bwd with dx aliasing dy", inplace, dx, c.n, 1e-15);
     float *xf = f32_of(c.x, c.n), *yf = fbuf(c.n), *dxf = fbuf(c.n);
     act_run(F32, &c, yf, xf);
-    act_run_bwd(F32, &c, dxf, f32_of(c.r, c.n), xf);
+    act_run_bwd(F32, &c, dxf, NULL, f32_of(c.r, c.n), xf);
     check_f32("gelu fwd", yf, c.y, c.n);
     check_f32("gelu bwd", dxf, dx, c.n);
     tfree_all();
@@ -715,14 +723,21 @@ static void test_swiglu(void) {
             ref[t * c.f + j] = a / (1 + exp(-a)) * u;
         }
     check_close("swiglu against silu(gate) up", c.y, ref, ny, 1e-14);
-    double *dx = dbuf(nx);
-    act_run_bwd(F64, &c, dx, c.r, c.x);
+    double *dx = dbuf(nx), *yre = dbuf(ny);
+    act_run_bwd(F64, &c, dx, yre, c.r, c.x);
     grad_check("swiglu dx", c.x, nx, dx, act_loss, &c, 1 << 20);
-    float *xf = f32_of(c.x, nx), *yf = fbuf(ny), *dxf = fbuf(nx);
+    CHECK(memcmp(yre, c.y, (size_t)ny * sizeof(double)) == 0, "swiglu bwd's rewritten y is the forward's, bit for bit");
+    /* in place (dx over x, as the model does), rewriting y */
+    double *xin = dcopy(c.x, nx), *yin = dbuf(ny);
+    act_run_bwd(F64, &c, xin, yin, c.r, xin);
+    check_close("swiglu_bwd with dx aliasing x", xin, dx, nx, 0);
+    CHECK(memcmp(yin, c.y, (size_t)ny * sizeof(double)) == 0, "swiglu bwd in place: y bit for bit");
+    float *xf = f32_of(c.x, nx), *yf = fbuf(ny), *dxf = fbuf(nx), *yref = fbuf(ny);
     act_run(F32, &c, yf, xf);
-    act_run_bwd(F32, &c, dxf, f32_of(c.r, ny), xf);
+    act_run_bwd(F32, &c, dxf, yref, f32_of(c.r, ny), xf);
     check_f32("swiglu fwd", yf, c.y, ny);
     check_f32("swiglu bwd", dxf, dx, nx);
+    CHECK(memcmp(yref, yf, (size_t)ny * sizeof(float)) == 0, "F32 swiglu bwd's rewritten y bit for bit");
     tfree_all();
 }
 
@@ -1152,7 +1167,7 @@ static void test_thread_count_independence(void) {
                   R = t1(rstd, F64, n), Y = t2(y, F64, n, h), B = mc_tensor_none();
         be->layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, 1e-5f);
         mc_tensor DX = t2(dx, F64, n, h), DW = t1(dw, F64, h), DB = t1(db, F64, h);
-        be->layernorm_bwd(be, &DX, &DW, &DB, &DY, &X, &W, &M, &R);
+        be->layernorm_bwd(be, &DX, &DW, &DB, &B, &DY, &X, &W, &B, &M, &R);
         mc_tensor DT = t2(dtab, F64, rows, h), I = t1(ids, MC_I32, n);
         be->embedding_bwd(be, &DT, &DY, &I, 0);
         attn_run(F64, &ad, ao, alse, qkv);

@@ -47,3 +47,10 @@ void *mc_arena_alloc(mc_arena *a, size_t bytes) {
     if (a->used > a->peak) a->peak = a->used;
     return p;
 }
+
+void mc_arena_rewind(mc_arena *a, size_t mark) {
+    MC_ASSERT(mark <= a->used, "arena '%s': rewind to %zu past its use %zu", a->name, mark, a->used);
+    a->used = mark;
+}
+
+void mc_arena_skip_to_peak(mc_arena *a) { a->used = a->peak; }

@@ -35,6 +35,12 @@ void mc_arena_free(mc_arena *a);
  * (a planning bug, not a user error). */
 void *mc_arena_alloc(mc_arena *a, size_t bytes);
 
+/* Buffers whose lifetimes never overlap can share bytes: after mc_arena_rewind(a, mark)
+ * (mark: an earlier a->used) allocations reuse the bytes from mark on, and
+ * mc_arena_skip_to_peak(a) moves past everything allocated so far again. */
+void mc_arena_rewind(mc_arena *a, size_t mark);
+void mc_arena_skip_to_peak(mc_arena *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,17 +85,13 @@ static void plan_activations(mc_model *m, mc_arena *a) {
         prev = alloc2(a, at, Nl, h);
     }
     m->x_final = prev;
-    m->ytmp = m->recompute ? alloc2(a, at, N, h) : mc_tensor_none();
-    m->act_tmp = m->recompute ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
     m->yf = alloc2(a, at, N, h);
     m->meanf = ln ? alloc1(a, st, Nl) : mc_tensor_none();
     m->rstdf = alloc1(a, st, Nl);
-    /* Backward scratch, and the forward's [N, h] temporary (dtmp). */
+    /* Backward's residual-stream gradient, and the [N, h] temporary of forward, head and
+     * backward (dtmp). */
     m->dres = alloc2(a, at, Nl, h);
     m->dtmp = alloc2(a, at, N, h);
-    m->dqkv = alloc2(a, at, N, m->qkv_local);
-    m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
-    m->dact = alloc2(a, at, N, m->ffn_local);
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
      * work), 2^28 on a GPU (512 MB in bf16; PyTorch holds all N x V). Every chunk's weight
      * gradient GEMM reads and writes the whole fp32 main_grad of the output layer (2.1 GB
@@ -112,7 +108,19 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
+    /* The logits chunk and the layers' scratch (their gradients, and with selective
+     * recomputation the rewritten norm output and activation) are never live at once: the
+     * head runs after the last layer's forward and before the first layer's backward. They
+     * share bytes (0.2-0.5 GB on the 1.5B bench shape). */
+    size_t shared_from = a->used;
     m->logits = alloc2(a, at, chunk, m->vocab_local);
+    mc_arena_rewind(a, shared_from);
+    m->dqkv = alloc2(a, at, N, m->qkv_local);
+    m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
+    m->dact = alloc2(a, at, N, m->ffn_local);
+    m->ytmp = m->recompute ? alloc2(a, at, N, h) : mc_tensor_none();
+    m->act_tmp = m->recompute ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
+    mc_arena_skip_to_peak(a);
     m->rowmax = alloc1(a, st, chunk);
     m->gmax = alloc1(a, st, chunk);
     m->stats = alloc2(a, st, 2, chunk);

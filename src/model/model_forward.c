@@ -105,17 +105,19 @@ static void norm_fwd(pass_ctx *p, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd
     }
 }
 
-/* dx (this rank's residual-stream rows) += the norm's input gradient for dy (same rows). */
+/* dx (this rank's residual-stream rows) += the norm's input gradient for dy (same rows);
+ * with y (optional, this rank's rows) the norm's forward output again, in the same pass. */
 static void norm_bwd(pass_ctx *p, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *mean,
-                     const mc_tensor *rstd, int wi, int bi) {
+                     const mc_tensor *rstd, int wi, int bi, mc_tensor *y) {
     mc_model *m = p->m;
-    mc_tensor w = mc_model_param(m, wi), gw = mc_model_grad(m, wi), gb = mc_model_grad(m, bi);
-    mc_tensor dxx = rows_of(dx, p->Nl), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl);
+    mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi), gw = mc_model_grad(m, wi), gb = mc_model_grad(m, bi);
+    mc_tensor dxx = rows_of(dx, p->Nl), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl), none = mc_tensor_none();
+    mc_tensor *yy = y ? y : &none;
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
         mc_tensor mu = rows_of(mean, p->Nl);
-        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, dy, &xx, &w, &mu, &rs);
+        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, yy, dy, &xx, &w, &b, &mu, &rs);
     } else {
-        p->be->rmsnorm_bwd(p->be, &dxx, &gw, dy, &xx, &w, &rs);
+        p->be->rmsnorm_bwd(p->be, &dxx, &gw, yy, dy, &xx, &w, &rs);
     }
 }
 
@@ -208,15 +210,32 @@ static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
     return act;
 }
 
-/* Backward's view of a norm's output: saved, or recomputed (from its input and, again
- * identically, its statistics; gathered over the sequence with SP). */
-static mc_tensor norm_output(pass_ctx *p, mc_tensor *buf, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
-                             int wi, int bi) {
-    if (p->m->recompute) {
-        norm_fwd(p, buf, mean, rstd, x, wi, bi);
-        gather_seq(p, buf);
+/* Backward through a norm and the column-parallel linear it feeds (norm1 -> QKV, norm2 ->
+ * fc1), from dout, the linear's output gradient: the linear's weight (and bias) gradient,
+ * and dres += the norm's input gradient (through dtmp, reduced over TP). The norm's output
+ * y is the layer's saved one (ysaved) or, with selective recomputation, rewritten into
+ * ytmp by the norm's backward itself (no pass of its own): then the linear's input
+ * gradient goes first, and its weight gradient after the norm. Same products either way. */
+static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, mc_tensor *ysaved, const mc_tensor *x,
+                            const mc_tensor *mean, const mc_tensor *rstd, int norm_w, int norm_b, int lin_w,
+                            int lin_b) {
+    mc_model *m = p->m;
+    mc_backend *be = p->be;
+    mc_tensor w = mc_model_param(m, lin_w), gw = mc_model_grad(m, lin_w), gb = mc_model_grad(m, lin_b);
+    mc_tensor dy = rows_of(&m->dtmp, p->N), none = mc_tensor_none();
+    if (!m->recompute) {
+        mc_tensor y = rows_of(ysaved, p->N);
+        be->linear_bwd(be, &dy, &gw, &gb, dout, &y, &w);
+        mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
+        norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, NULL);
+        return;
     }
-    return rows_of(buf, p->N);
+    mc_tensor y = rows_of(&m->ytmp, p->N), y_mine = my_rows(p, &m->ytmp);
+    be->linear_bwd(be, &dy, &none, &none, dout, &y, &w);
+    mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
+    norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, &y_mine);
+    gather_seq(p, &m->ytmp);
+    be->linear_bwd(be, &none, &gw, &gb, dout, &y, &w);
 }
 
 static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
@@ -281,29 +300,33 @@ static void layer_bwd(pass_ctx *p, int l) {
     /* dres = d x_out. Through the MLP residual: d x_mid gets dres itself (identity path)
      * plus the norm2 input gradient, accumulated by norm_bwd below. */
     mc_tensor dt = branch_grad(p, site_mlp_res(l));
-    mc_tensor dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N);
-    mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
+    mc_tensor dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N), none = mc_tensor_none();
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
-    mc_tensor gw1 = mc_model_grad(m, lp->fc1_w), gb1 = mc_model_grad(m, lp->fc1_b), dfc1;
+    mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
     if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
-        mc_tensor none = mc_tensor_none();
+        mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
         be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
-    } else {
+    } else if (!m->recompute) {
+        mc_tensor act = rows_of(&a->act, N);
         be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
-        dfc1 = fc1; /* in place: the layer's fc1 output is dead after this */
         if (m->cfg.swiglu)
-            be->swiglu_bwd(be, &dfc1, &dact, &fc1);
+            be->swiglu_bwd(be, &dfc1, &none, &dact, &fc1);
         else
             be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+    } else { /* fc2's input gradient, then the activation again (SwiGLU: from its own backward's pass), then fc2's weight gradient */
+        mc_tensor act = rows_of(&m->act_tmp, N);
+        be->linear_bwd(be, &dact, &none, &none, &dt, &act, &w2);
+        if (m->cfg.swiglu) {
+            be->swiglu_bwd(be, &dfc1, &act, &dact, &fc1);
+        } else {
+            activation_fwd(p, l, &fc1);
+            be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+        }
+        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
     }
-    mc_tensor y2 = norm_output(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
-    mc_tensor dy2 = rows_of(&m->dtmp, N);
-    mc_tensor w1 = mc_model_param(m, lp->fc1_w);
-    be->linear_bwd(be, &dy2, &gw1, &gb1, &dfc1, &y2, &w1);
-    mc_tensor dy2_mine = reduce_partial(p, &m->dtmp);
-    norm_bwd(p, &m->dres, &dy2_mine, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b);
+    norm_linear_bwd(p, &dfc1, &a->y2, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b);
 
     /* dres = d x_mid. Through the attention residual. */
     dt = branch_grad(p, site_attn_res(l));
@@ -318,12 +341,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    mc_tensor y1 = norm_output(p, y1_buf(p, l), &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
-    mc_tensor dy1 = rows_of(&m->dtmp, N);
-    mc_tensor wq = mc_model_param(m, lp->qkv_w), gwq = mc_model_grad(m, lp->qkv_w), gbq = mc_model_grad(m, lp->qkv_b);
-    be->linear_bwd(be, &dy1, &gwq, &gbq, &dqkv, &y1, &wq);
-    mc_tensor dy1_mine = reduce_partial(p, &m->dtmp);
-    norm_bwd(p, &m->dres, &dy1_mine, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b);
+    norm_linear_bwd(p, &dqkv, &a->y1, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b);
 }
 
 static void embedding_fwd(pass_ctx *p) {
@@ -472,7 +490,7 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
     if (!backward) return;
     mc_tensor dyf = reduce_partial(&p, &m->dtmp);
     p.be->zero(p.be, m->dres.data, (size_t)(p.Nl * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
-    norm_bwd(&p, &m->dres, &dyf, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b);
+    norm_bwd(&p, &m->dres, &dyf, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b, NULL);
     grads_ready(m, m->params[m->lnf_w].offset); /* final norm and (untied) output layer */
     for (int l = m->cfg.num_layers - 1; l >= 0; l--) {
         layer_bwd(&p, l);

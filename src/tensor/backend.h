@@ -91,6 +91,10 @@ struct mc_backend {
     const char *name;
     mc_device_kind device;
     void *impl; /* backend-private state (streams, handles, workspaces) */
+    /* true (--deterministic-mode; the trainer sets it before the first op): no choice that
+     * depends on timings, such as the CUDA backend's GEMM algorithm autotuning, so two runs
+     * compute alike bit for bit. */
+    bool reproducible;
 
     /* ---- memory ---- */
     void *(*alloc)(mc_backend *, size_t bytes); /* aborts with a message when out of memory */
@@ -152,13 +156,17 @@ struct mc_backend {
     /* ---- norms (over the last dim); mean/rstd [N] F32 saved for backward ---- */
     void (*layernorm_fwd)(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                           const mc_tensor *w, const mc_tensor *b, float eps);
-    /* dx += ..., dw += ..., db += ... (db optional). */
-    void (*layernorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                          const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd);
+    /* dx += ..., dw += ..., db += ... (each optional). With y, the forward's output again,
+     * bit for bit (b: the forward's bias, optional), in the same pass: selective
+     * recomputation keeps x and the statistics, not y, and reads y back from here for the
+     * next linear's weight gradient. y must not alias dx, dy or x. */
+    void (*layernorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                          const mc_tensor *mean, const mc_tensor *rstd);
     void (*rmsnorm_fwd)(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                         float eps);
-    void (*rmsnorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
-                        const mc_tensor *w, const mc_tensor *rstd);
+    void (*rmsnorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
+                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 
     /* ---- rotary embedding, in place on qkv (inverse = true applies the transpose, for
      * backward on dqkv) ---- */
@@ -171,9 +179,10 @@ struct mc_backend {
     void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
     void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
     /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. The
-     * backward's dx [N, 2f] may alias x. */
+     * backward's dx [N, 2f] may alias x; with y (optional, aliasing nothing) it also writes
+     * the forward's output again, bit for bit, for selective recomputation. */
     void (*swiglu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);
-    void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
+    void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x);
 
     /* ---- attention (causal, GQA, flash-style: O(S) memory per row) ---- */
     void (*attention_fwd)(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,

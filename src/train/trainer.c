@@ -19,6 +19,7 @@ static int pick_backend(mc_trainer *t, mc_err *err) {
         if (device < 0) return MC_ERR;
         t->be = mc_backend_cuda_create(device, err);
         if (!t->be) return MC_ERR;
+        t->be->reproducible = t->cfg.train.deterministic_mode;
         return mc_comm_init_device(&t->comm, t->be, err);
     }
     t->be = mc_backend_cpu_create();

@@ -56,14 +56,18 @@ static void RNAME(swiglu_fwd)(REAL *restrict y, const REAL *restrict x, int64_t 
 }
 
 /* dx may alias x (the model writes the fc1 gradient over the saved fc1 output): no restrict
- * on them, and each pair (gate, up) is read before its gradients are written. */
-static void RNAME(swiglu_bwd)(REAL *dx, const REAL *restrict dy, const REAL *x, int64_t n, int64_t f) {
+ * on them, and each pair (gate, up) is read before its gradients are written. y (optional)
+ * gets the forward's output again, by swiglu_fwd's expression (selective recomputation). */
+static void RNAME(swiglu_bwd)(REAL *dx, REAL *restrict y, const REAL *restrict dy, const REAL *x, int64_t n,
+                              int64_t f) {
 #pragma omp parallel for schedule(static) if (n * f > 32768)
     for (int64_t t = 0; t < n; t++) {
         const REAL *gate = x + t * 2 * f, *up = gate + f, *dyt = dy + t * f;
         REAL *dgate = dx + t * 2 * f, *dup = dgate + f;
+        REAL *yt = y ? y + t * f : NULL;
         for (int64_t j = 0; j < f; j++) {
             REAL a = gate[j], u = up[j], s = RNAME(sigmoid)(a);
+            if (yt) yt[j] = a * s * u;
             dgate[j] = dyt[j] * u * s * (1 + a * (1 - s));
             dup[j] = dyt[j] * a * s;
         }
@@ -115,7 +119,7 @@ void mc_cpu_swiglu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
     MC_CPU_DISPATCH(x->dtype, swiglu_fwd, y->data, x->data, n, f);
 }
 
-void mc_cpu_swiglu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x) {
+void mc_cpu_swiglu_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x) {
     (void)be;
     const char *op = "swiglu_bwd";
     mc_cpu_check_real(op, "x", x);
@@ -125,7 +129,13 @@ void mc_cpu_swiglu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const
     MC_ASSERT(mc_cpu_cols(x) % 2 == 0, "cpu swiglu_bwd: x's last dim %lld is not even", (long long)mc_cpu_cols(x));
     mc_cpu_check_2d(op, "dy", dy, n, f);
     mc_cpu_check_2d(op, "dx", dx, n, 2 * f);
-    MC_CPU_DISPATCH(x->dtype, swiglu_bwd, dx->data, dy->data, x->data, n, f);
+    void *yd = NULL;
+    if (mc_tensor_present(y)) {
+        mc_cpu_check_dtype(op, "y", y, x->dtype);
+        mc_cpu_check_2d(op, "y", y, n, f);
+        yd = y->data;
+    }
+    MC_CPU_DISPATCH(x->dtype, swiglu_bwd, dx->data, yd, dy->data, x->data, n, f);
 }
 
 #endif

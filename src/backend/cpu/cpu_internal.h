@@ -111,12 +111,13 @@ void mc_cpu_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy, 
 /* norm.c */
 void mc_cpu_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                           const mc_tensor *w, const mc_tensor *b, float eps);
-void mc_cpu_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                          const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd);
+void mc_cpu_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                          const mc_tensor *mean, const mc_tensor *rstd);
 void mc_cpu_rmsnorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                         float eps);
-void mc_cpu_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
-                        const mc_tensor *w, const mc_tensor *rstd);
+void mc_cpu_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
+                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 /* rope.c */
 void mc_cpu_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* activation.c */
@@ -126,7 +127,7 @@ void mc_cpu_init_normal(mc_backend *, mc_tensor *p, uint64_t seed, uint64_t stre
 void mc_cpu_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
 void mc_cpu_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
 void mc_cpu_swiglu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x);
-void mc_cpu_swiglu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
+void mc_cpu_swiglu_bwd(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x);
 /* attention.c */
 void mc_cpu_attention_fwd(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv, const mc_attn_desc *d);
 void mc_cpu_attention_bwd(mc_backend *, mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,

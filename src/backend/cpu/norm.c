@@ -7,8 +7,16 @@
  *   rmsnorm:   dx += rstd (g - xhat mean(g xhat))
  * and dw += sum_rows dy xhat, db += sum_rows dy, reduced per column block in row order
  * (deterministic, independent of the thread count). The column pass runs before the row
- * pass, so dx may even alias dy. */
+ * pass, so dx may even alias dy. The backward can also rewrite the forward's output y
+ * (selective recomputation keeps only x and the statistics): through norm_out, the very
+ * expression the forward uses, so it is the forward's y bit for bit. */
 #ifdef REAL
+
+/* One output element: (x - mean) rstd w (+ b); mean = 0 and no b for RMSNorm. */
+static inline REAL RNAME(norm_out)(REAL x, REAL mean, REAL rstd, REAL w, const REAL *b, int64_t c) {
+    REAL o = (x - mean) * rstd * w;
+    return b ? o + b[c] : o;
+}
 
 static void RNAME(layernorm_fwd)(REAL *restrict y, REAL *restrict mean_out, REAL *restrict rstd_out,
                                  const REAL *restrict x, const REAL *restrict w, const REAL *restrict b, int64_t n,
@@ -27,10 +35,7 @@ static void RNAME(layernorm_fwd)(REAL *restrict y, REAL *restrict mean_out, REAL
         }
         REAL m = (REAL)mean, rstd = (REAL)(1.0 / sqrt(sq / (double)h + (double)eps));
         REAL *yt = y + t * h;
-        if (b)
-            for (int64_t c = 0; c < h; c++) yt[c] = (xt[c] - m) * rstd * w[c] + b[c];
-        else
-            for (int64_t c = 0; c < h; c++) yt[c] = (xt[c] - m) * rstd * w[c];
+        for (int64_t c = 0; c < h; c++) yt[c] = RNAME(norm_out)(xt[c], m, rstd, w[c], b, c);
         if (mean_out) mean_out[t] = m;
         if (rstd_out) rstd_out[t] = rstd;
     }
@@ -61,9 +66,11 @@ static void RNAME(norm_param_grads)(REAL *restrict dw, REAL *restrict db, const 
 }
 
 /* dx += rstd (g - mean(g) - xhat mean(g xhat)) per row, g = dy w (layernorm: mean != NULL),
- * dx += rstd (g - xhat mean(g xhat)) (rmsnorm: mean == NULL). dx may alias dy. */
-static void RNAME(norm_input_grad)(REAL *dx, const REAL *dy, const REAL *restrict x, const REAL *restrict w,
-                                   const REAL *restrict mean, const REAL *restrict rstd, int64_t n, int64_t h) {
+ * dx += rstd (g - xhat mean(g xhat)) (rmsnorm: mean == NULL), and y = the forward output
+ * (if y; b: LayerNorm's bias, optional). dx may alias dy. */
+static void RNAME(norm_input_grad)(REAL *dx, REAL *restrict y, const REAL *dy, const REAL *restrict x,
+                                   const REAL *restrict w, const REAL *restrict b, const REAL *restrict mean,
+                                   const REAL *restrict rstd, int64_t n, int64_t h) {
 #pragma omp parallel for schedule(static) if (n * h > 16384)
     for (int64_t t = 0; t < n; t++) {
         const REAL *dyt = dy + t * h, *xt = x + t * h;
@@ -76,10 +83,16 @@ static void RNAME(norm_input_grad)(REAL *dx, const REAL *dy, const REAL *restric
             sum_gx += g * ((xt[c] - m) * r);
         }
         REAL mean_g = mean ? (REAL)(sum_g / (double)h) : 0, mean_gx = (REAL)(sum_gx / (double)h);
-        REAL *dxt = dx + t * h;
-        for (int64_t c = 0; c < h; c++) {
-            REAL xhat = (xt[c] - m) * r;
-            dxt[c] += r * (dyt[c] * w[c] - mean_g - xhat * mean_gx);
+        if (dx) {
+            REAL *dxt = dx + t * h;
+            for (int64_t c = 0; c < h; c++) {
+                REAL xhat = (xt[c] - m) * r;
+                dxt[c] += r * (dyt[c] * w[c] - mean_g - xhat * mean_gx);
+            }
+        }
+        if (y) {
+            REAL *yt = y + t * h;
+            for (int64_t c = 0; c < h; c++) yt[c] = RNAME(norm_out)(xt[c], m, r, w[c], b, c);
         }
     }
 }
@@ -94,7 +107,7 @@ static void RNAME(rmsnorm_fwd)(REAL *restrict y, REAL *restrict rstd_out, const 
         for (int64_t c = 0; c < h; c++) sq += (double)xt[c] * xt[c];
         REAL rstd = (REAL)(1.0 / sqrt(sq / (double)h + (double)eps));
         REAL *yt = y + t * h;
-        for (int64_t c = 0; c < h; c++) yt[c] = xt[c] * rstd * w[c];
+        for (int64_t c = 0; c < h; c++) yt[c] = RNAME(norm_out)(xt[c], 0, rstd, w[c], NULL, c);
         if (rstd_out) rstd_out[t] = rstd;
     }
 }
@@ -136,8 +149,17 @@ void mc_cpu_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_tens
     MC_CPU_DISPATCH(dt, layernorm_fwd, y->data, md, rd, x->data, wd, bd, n, h, eps);
 }
 
-void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                          const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd) {
+/* y (optional): the forward output, rewritten; checked like dx. */
+static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dtype dt, int64_t n, int64_t h) {
+    if (!mc_tensor_present(t)) return NULL;
+    mc_cpu_check_dtype(op, name, t, dt);
+    mc_cpu_check_2d(op, name, t, n, h);
+    return t->data;
+}
+
+void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                          const mc_tensor *mean, const mc_tensor *rstd) {
     (void)be;
     const char *op = "layernorm_bwd";
     mc_cpu_check_real(op, "x", x);
@@ -148,12 +170,10 @@ void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tenso
     void *wd = required_vec(op, "w", w, dt, h);
     void *md = required_vec(op, "mean", mean, dt, n), *rd = required_vec(op, "rstd", rstd, dt, n);
     void *dwd = optional_vec(op, "dw", dw, dt, h), *dbd = optional_vec(op, "db", db, dt, h);
+    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
+    void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
     if (dwd || dbd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, dbd, dy->data, x->data, md, rd, n, h);
-    if (mc_tensor_present(dx)) {
-        mc_cpu_check_dtype(op, "dx", dx, dt);
-        mc_cpu_check_2d(op, "dx", dx, n, h);
-        MC_CPU_DISPATCH(dt, norm_input_grad, dx->data, dy->data, x->data, wd, md, rd, n, h);
-    }
+    if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, bd, md, rd, n, h);
 }
 
 void mc_cpu_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
@@ -169,8 +189,8 @@ void mc_cpu_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_
     MC_CPU_DISPATCH(dt, rmsnorm_fwd, y->data, rd, x->data, wd, n, h, eps);
 }
 
-void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
-                        const mc_tensor *w, const mc_tensor *rstd) {
+void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
+                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     (void)be;
     const char *op = "rmsnorm_bwd";
     mc_cpu_check_real(op, "x", x);
@@ -180,12 +200,9 @@ void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_t
     mc_cpu_check_2d(op, "dy", dy, n, h);
     void *wd = required_vec(op, "w", w, dt, h), *rd = required_vec(op, "rstd", rstd, dt, n);
     void *dwd = optional_vec(op, "dw", dw, dt, h);
+    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
     if (dwd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, NULL, dy->data, x->data, NULL, rd, n, h);
-    if (mc_tensor_present(dx)) {
-        mc_cpu_check_dtype(op, "dx", dx, dt);
-        mc_cpu_check_2d(op, "dx", dx, n, h);
-        MC_CPU_DISPATCH(dt, norm_input_grad, dx->data, dy->data, x->data, wd, NULL, rd, n, h);
-    }
+    if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, NULL, NULL, rd, n, h);
 }
 
 #endif

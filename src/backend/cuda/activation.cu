@@ -103,6 +103,9 @@ void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const 
 
 /* ---- SwiGLU: group = 8 consecutive columns j of one row t ---- */
 
+/* silu(a) u: the forward and the backward's rewrite of y share it, so both round alike. */
+__device__ __forceinline__ float swiglu_out(float a, float u) { return a * sigmoidf_(a) * u; }
+
 template <typename T, bool VEC>
 __global__ void swiglu_fwd_kernel(T *y, const T *x, int64_t rows, int64_t f) {
     const int64_t gpr = (f + 7) / 8, total = rows * gpr;
@@ -113,13 +116,13 @@ __global__ void swiglu_fwd_kernel(T *y, const T *x, int64_t rows, int64_t f) {
         mc_load_group<T, VEC>(gate, j0, f, a);
         mc_load_group<T, VEC>(up, j0, f, u);
 #pragma unroll
-        for (int k = 0; k < 8; k++) a[k] = a[k] * sigmoidf_(a[k]) * u[k];
+        for (int k = 0; k < 8; k++) a[k] = swiglu_out(a[k], u[k]);
         mc_store_group<T, VEC>(y + t * f, j0, f, a);
     }
 }
 
 template <typename T, bool VEC>
-__global__ void swiglu_bwd_kernel(T *dx, const T *dy, const T *x, int64_t rows, int64_t f) {
+__global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, int64_t rows, int64_t f) {
     const int64_t gpr = (f + 7) / 8, total = rows * gpr;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = i / gpr, j0 = (i % gpr) * 8;
@@ -137,6 +140,11 @@ __global__ void swiglu_bwd_kernel(T *dx, const T *dy, const T *x, int64_t rows, 
         T *dgate = dx + t * 2 * f, *dup = dgate + f;
         mc_store_group<T, VEC>(dgate, j0, f, dg);
         mc_store_group<T, VEC>(dup, j0, f, du);
+        if (y) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) dg[k] = swiglu_out(a[k], u[k]);
+            mc_store_group<T, VEC>(y + t * f, j0, f, dg);
+        }
     }
 }
 
@@ -150,11 +158,12 @@ static void launch_swiglu_fwd(mc_cuda_state *st, T *y, const T *x, int64_t rows,
 }
 
 template <typename T>
-static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, const T *dy, const T *x, int64_t rows, int64_t f) {
-    bool vec = f % 8 == 0 && mc_cuda_aligned16(dx) && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x);
+static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const T *x, int64_t rows, int64_t f) {
+    bool vec = f % 8 == 0 && mc_cuda_aligned16(dx) && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) &&
+               (!y || mc_cuda_aligned16(y));
     unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
-    if (vec) swiglu_bwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(dx, dy, x, rows, f);
-    else swiglu_bwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(dx, dy, x, rows, f);
+    if (vec) swiglu_bwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
+    else swiglu_bwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
     MC_CUDA_LAUNCHED(st, "swiglu_bwd");
 }
 
@@ -170,8 +179,9 @@ void mc_cuda_swiglu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
     MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T, launch_swiglu_fwd<T>(st, (T *)y->data, (const T *)x->data, rows, f));
 }
 
-/* dx [N, 2f] may even alias x: each thread writes exactly the gate/up elements it read. */
-void mc_cuda_swiglu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x) {
+/* dx [N, 2f] may even alias x: each thread writes exactly the gate/up elements it read.
+ * y (optional): the forward's output again. */
+void mc_cuda_swiglu_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "swiglu_bwd";
     mc_cuda_check_float(op, "x", x);
@@ -181,7 +191,14 @@ void mc_cuda_swiglu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, cons
     int64_t rows = mc_cuda_rows(x), f = mc_cuda_cols(x) / 2;
     mc_cuda_check_2d(op, "dy", dy, rows, f);
     mc_cuda_check_2d(op, "dx", dx, rows, 2 * f);
+    void *yd = NULL;
+    if (mc_tensor_present(y)) {
+        mc_cuda_check_dtype(op, "y", y, x->dtype);
+        mc_cuda_check_2d(op, "y", y, rows, f);
+        yd = y->data;
+    }
     if (rows == 0 || f == 0) return;
     MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
-                           launch_swiglu_bwd<T>(st, (T *)dx->data, (const T *)dy->data, (const T *)x->data, rows, f));
+                           launch_swiglu_bwd<T>(st, (T *)dx->data, (T *)yd, (const T *)dy->data, (const T *)x->data,
+                                                rows, f));
 }

@@ -359,6 +359,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->name = "cuda";
     be->device = MC_DEVICE_CUDA;
     be->impl = st;
+    st->be = be;
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;

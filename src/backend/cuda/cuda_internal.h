@@ -72,6 +72,7 @@ struct mc_cuda_gemm_cache; /* gemm.cu */
 enum { MC_CUDA_RED_MAX_BLOCKS = 2048 };
 
 typedef struct mc_cuda_state {
+    const mc_backend *be; /* the backend this state belongs to (its public flags) */
     int device;
     int sm_count;
     int max_threads_per_sm;
@@ -238,19 +239,20 @@ void mc_cuda_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy,
 /* norm.cu */
 void mc_cuda_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                            const mc_tensor *w, const mc_tensor *b, float eps);
-void mc_cuda_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                           const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd);
+void mc_cuda_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                           const mc_tensor *mean, const mc_tensor *rstd);
 void mc_cuda_rmsnorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                          float eps);
-void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
-                         const mc_tensor *w, const mc_tensor *rstd);
+void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
+                         const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 /* rope.cu */
 void mc_cuda_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* activation.cu */
 void mc_cuda_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
 void mc_cuda_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
 void mc_cuda_swiglu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x);
-void mc_cuda_swiglu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x);
+void mc_cuda_swiglu_bwd(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x);
 /* dropout.cu */
 void mc_cuda_dropout_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);
 void mc_cuda_dropout_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, float p, uint64_t seed, uint64_t stream);

@@ -174,15 +174,16 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
     return victim; /* unused now: the caller builds it */
 }
 
-/* MC_GEMM_AUTOTUNE=1: time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM
- * shape's first call and keep the fastest, instead of taking the heuristic's first.
- * Only for beta = 0 (the timing runs rewrite the output with the same values; a beta != 0
- * product, such as the weight gradients accumulating into main_grad, would add itself up
- * again). The choice depends on timings, so two runs may pick differently and differ at
- * rounding level: not for --deterministic-mode. */
-static bool gemm_autotune_wanted(const gemm_key *key) { /* read per new entry: tests switch it */
-    const char *e = getenv("MC_GEMM_AUTOTUNE");
-    return e && strcmp(e, "1") == 0 && !key->beta_nonzero;
+/* Time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM shape's first call and
+ * keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
+ * steps on an H200, bench/RESULTS.md). Only for beta = 0 (the timing runs rewrite the
+ * output with the same values; a beta != 0 product, such as the weight gradients
+ * accumulating into main_grad, would add itself up again). The choice depends on timings,
+ * so two runs may pick differently and differ at rounding level: off when the backend is
+ * reproducible (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
+static bool gemm_autotune_wanted(const mc_cuda_state *st, const gemm_key *key) {
+    const char *e = getenv("MC_GEMM_AUTOTUNE"); /* read per new entry: tests switch it */
+    return !st->be->reproducible && !(e && strcmp(e, "0") == 0) && !key->beta_nonzero;
 }
 
 /* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
@@ -233,7 +234,7 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
     memset(res, 0, sizeof res);
     int nres = 0;
-    const int want = gemm_autotune_wanted(key) ? GEMM_CANDIDATES : 1;
+    const int want = gemm_autotune_wanted(st, key) ? GEMM_CANDIDATES : 1;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
     e->ncand = 0;

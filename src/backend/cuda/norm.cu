@@ -17,10 +17,20 @@
  * when 8 h bytes fit, else in the block's slice of the global partial buffer). A second
  * kernel adds the partial rows (of blocks or warps) in a fixed order (32 interleaved lanes,
  * then the lanes in order): deterministic, no atomics. dx may alias dy (each element is
- * read before the same thread writes it). */
+ * read before the same thread writes it). The backward's second pass can also write the
+ * forward's output y again (selective recomputation), through norm_out as the forward, so
+ * bit for bit. */
 #include "backend/cuda/cuda_internal.h"
 
 enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
+
+/* One output element, (x - mean) rstd w (+ b): the forward and the backward's rewrite of y
+ * share it, so both round alike. */
+__device__ __forceinline__ float norm_out(float v, float mean, float rstd, float w, bool has_b, float b) {
+    float o = (v - mean) * rstd * w;
+    if (has_b) o += b;
+    return o;
+}
 
 /* ---- forward ---- */
 
@@ -63,11 +73,7 @@ __global__ void norm_fwd_kernel(T *y, float *mean_out, float *rstd_out, const T 
             mc_load_group<T, VEC>(w, g * 8, h, wv);
             if (LN && b) mc_load_group<T, VEC>(b, g * 8, h, bv);
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float o = (v[k] - mean) * rstd * wv[k];
-                if (LN && b) o += bv[k];
-                v[k] = o;
-            }
+            for (int k = 0; k < 8; k++) v[k] = norm_out(v[k], mean, rstd, wv[k], LN && b, LN && b ? bv[k] : 0.0f);
             mc_store_group<T, VEC>(yr, g * 8, h, v);
         }
         if (lane == 0) {
@@ -98,8 +104,8 @@ static void launch_fwd(mc_cuda_state *st, const char *op, T *y, float *mean, flo
  * memory the accumulators are k-major (index k * groups + g for column 8 g + k), so the
  * threads of a warp (consecutive g) touch consecutive words: no bank conflicts. */
 template <typename T, bool VEC, bool LN>
-__global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
-                                const float *mean, const float *rstd, int64_t n, int64_t h, bool use_smem,
+__global__ void norm_bwd_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
+                                const T *b, const float *mean, const float *rstd, int64_t n, int64_t h, bool use_smem,
                                 bool want_w, bool want_b) {
     extern __shared__ float smem[]; /* [2, 8, groups] when use_smem */
     __shared__ float red_a[32], red_b[32];
@@ -132,22 +138,29 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
             }
         }
         mc_block_sum2(sum_g, sum_gx, red_a, red_b);
-        if (!dx) continue;
+        if (!dx && !y) continue;
         const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
         const float mean_gx = (float)((double)sum_gx / (double)h);
-        T *dxr = dx + row * h;
         for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
             float xv[8], dv[8], wv[8], o[8];
             mc_load_group<T, VEC>(xr, g * 8, h, xv);
-            mc_load_group<T, VEC>(dyr, g * 8, h, dv);
             mc_load_group<T, VEC>(w, g * 8, h, wv);
-            mc_load_group<T, VEC>(dxr, g * 8, h, o);
+            if (dx) {
+                mc_load_group<T, VEC>(dyr, g * 8, h, dv);
+                mc_load_group<T, VEC>(dx + row * h, g * 8, h, o);
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float xhat = (xv[k] - m) * r;
-                o[k] += r * (dv[k] * wv[k] - mean_g - xhat * mean_gx);
+                for (int k = 0; k < 8; k++) {
+                    float xhat = (xv[k] - m) * r;
+                    o[k] += r * (dv[k] * wv[k] - mean_g - xhat * mean_gx);
+                }
+                mc_store_group<T, VEC>(dx + row * h, g * 8, h, o);
             }
-            mc_store_group<T, VEC>(dxr, g * 8, h, o);
+            if (y) {
+                if (LN && b) mc_load_group<T, VEC>(b, g * 8, h, dv);
+#pragma unroll
+                for (int k = 0; k < 8; k++) o[k] = norm_out(xv[k], m, r, wv[k], LN && b, LN && b ? dv[k] : 0.0f);
+                mc_store_group<T, VEC>(y + row * h, g * 8, h, o);
+            }
         }
     }
     if (use_smem) { /* to the block's partial rows, column-major as the reduction reads them */
@@ -170,10 +183,9 @@ __global__ void norm_bwd_kernel(T *dx, float *part_w, float *part_b, const T *dy
  * shared memory (k-major, as the block kernel's accumulators, so a warp's reads hit
  * distinct banks). The second pass re-reads x and dy (L1 hits). */
 template <typename T, bool LN, int GPL>
-__global__ void __launch_bounds__(NORM_BWD_THREADS) norm_bwd_warp_kernel(T *dx, float *part_w, float *part_b, const T *dy,
-                                                                         const T *x, const T *w, const float *mean,
-                                                                         const float *rstd, int64_t n, int64_t h,
-                                                                         bool want_w, bool want_b) {
+__global__ void __launch_bounds__(NORM_BWD_THREADS)
+    norm_bwd_warp_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w, const T *b,
+                         const float *mean, const float *rstd, int64_t n, int64_t h, bool want_w, bool want_b) {
     extern __shared__ float w_s[]; /* [8][groups]: column 8 g + j at j groups + g (lanes: consecutive words) */
     const int lane = threadIdx.x & 31;
     const int64_t groups = h / 8, nw = blockDim.x >> 5;
@@ -212,24 +224,33 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_bwd_warp_kernel(T *dx, 
         }
         sum_g = mc_warp_sum(sum_g);
         sum_gx = mc_warp_sum(sum_gx);
-        if (!dx) continue;
+        if (!dx && !y) continue;
         const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
         const float mean_gx = (float)((double)sum_gx / (double)h);
-        T *dxr = dx + row * h;
 #pragma unroll
         for (int k = 0; k < GPL; k++) {
             const int64_t g = lane + 32 * k;
             if (g >= groups) break;
             float xv[8], dv[8], o[8];
             mc_load8(xr + g * 8, xv);
-            mc_load8(dyr + g * 8, dv);
-            mc_load8(dxr + g * 8, o);
+            if (dx) {
+                T *dxr = dx + row * h;
+                mc_load8(dyr + g * 8, dv);
+                mc_load8(dxr + g * 8, o);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float xhat = (xv[j] - m) * r;
-                o[j] += r * (dv[j] * w_s[j * groups + g] - mean_g - xhat * mean_gx);
+                for (int j = 0; j < 8; j++) {
+                    const float xhat = (xv[j] - m) * r;
+                    o[j] += r * (dv[j] * w_s[j * groups + g] - mean_g - xhat * mean_gx);
+                }
+                mc_store8(dxr + g * 8, o);
             }
-            mc_store8(dxr + g * 8, o);
+            if (y) {
+                if (LN && b) mc_load8(b + g * 8, dv);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    o[j] = norm_out(xv[j], m, r, w_s[j * groups + g], LN && b, LN && b ? dv[j] : 0.0f);
+                mc_store8(y + row * h + g * 8, o);
+            }
         }
     }
 #pragma unroll
@@ -268,9 +289,9 @@ __global__ void norm_param_reduce_kernel(float *dw, float *db, const float *part
 }
 
 template <typename T, bool VEC, bool LN>
-static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, size_t smem, T *dx, float *pw,
-                              float *pb, const T *dy, const T *x, const T *w, const float *mean, const float *rstd,
-                              int64_t n, int64_t h, bool use_smem, bool want_w, bool want_b) {
+static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, size_t smem, T *dx, T *y, float *pw,
+                              float *pb, const T *dy, const T *x, const T *w, const T *b, const float *mean,
+                              const float *rstd, int64_t n, int64_t h, bool use_smem, bool want_w, bool want_b) {
     /* the dynamic shared-memory limit, raised once per instantiation and device */
     static bool attr_set[64];
     bool *done = st->device >= 0 && st->device < 64 ? &attr_set[st->device] : NULL;
@@ -280,16 +301,17 @@ static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, 
                       op);
         if (done) *done = true;
     }
-    norm_bwd_kernel<T, VEC, LN><<<grid, NORM_BWD_THREADS, smem, st->stream>>>(dx, pw, pb, dy, x, w, mean, rstd, n, h,
-                                                                              use_smem, want_w, want_b);
+    norm_bwd_kernel<T, VEC, LN><<<grid, NORM_BWD_THREADS, smem, st->stream>>>(dx, y, pw, pb, dy, x, w, b, mean, rstd,
+                                                                              n, h, use_smem, want_w, want_b);
     MC_CUDA_LAUNCHED(st, op);
 }
 
 /* The warp-per-row kernel with GPL groups per lane: a fixed grid (the occupancy the
  * registers allow), then the partial rows added as below. */
 template <typename T, bool LN, int GPL>
-static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, float *dw, float *db, const T *dy, const T *x,
-                            const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
+static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
+                            const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
+                            int64_t h) {
     static int blocks_per_sm[64]; /* per device: from the occupancy calculator, once */
     const size_t smem = (size_t)h * sizeof(float);
     int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
@@ -307,7 +329,7 @@ static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, float *dw,
     float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
     float *pw = part, *pb = part + parts * h;
     norm_bwd_warp_kernel<T, LN, GPL><<<(unsigned)grid, NORM_BWD_THREADS, smem, st->stream>>>(
-        dx, pw, pb, dy, x, w, mean, rstd, n, h, dw != NULL, db != NULL);
+        dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h, dw != NULL, db != NULL);
     MC_CUDA_LAUNCHED(st, op);
     if (dw || db) {
         norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, parts, h);
@@ -316,19 +338,19 @@ static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, float *dw,
 }
 
 template <typename T, bool LN>
-static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, float *db, const T *dy, const T *x,
-                       const T *w, const float *mean, const float *rstd, int64_t n, int64_t h) {
+static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy, const T *x,
+                       const T *w, const T *b, const float *mean, const float *rstd, int64_t n, int64_t h) {
     if (n == 0 || h == 0) return;
-    if (!dx && !dw && !db) return;
+    if (!dx && !y && !dw && !db) return;
     const bool vec16 = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
-                       (!dx || mc_cuda_aligned16(dx));
+                       (!dx || mc_cuda_aligned16(dx)) && (!y || mc_cuda_aligned16(y)) && (!b || mc_cuda_aligned16(b));
     /* rows of at most 1024: one warp per row (GPT-2's 768: 2.2x faster than a block per
      * row on an H200; at 2048 the block kernel was faster, 65 vs 83 us per 8192 rows) */
     if (vec16 && h <= 32 * 8 * 4) {
         const int64_t groups = h / 8;
-        if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
-        else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
-        else launch_bwd_warp<T, LN, 4>(st, op, dx, dw, db, dy, x, w, mean, rstd, n, h);
+        if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        else launch_bwd_warp<T, LN, 4>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         return;
     }
     size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
@@ -345,14 +367,12 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, float *dw, floa
     if (grid > n) grid = n;
     float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)grid * (size_t)h * sizeof(float), op);
     float *pw = part, *pb = part + grid * h;
-    bool vec = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
-               (!dx || mc_cuda_aligned16(dx));
-    if (vec)
-        launch_bwd_kernel<T, true, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem,
-                                       dw != NULL, db != NULL);
+    if (vec16)
+        launch_bwd_kernel<T, true, LN>(st, op, (unsigned)grid, smem, dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h,
+                                       use_smem, dw != NULL, db != NULL);
     else
-        launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, pw, pb, dy, x, w, mean, rstd, n, h, use_smem,
-                                        dw != NULL, db != NULL);
+        launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h,
+                                        use_smem, dw != NULL, db != NULL);
     if (dw || db) {
         norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, grid, h);
         MC_CUDA_LAUNCHED(st, op);
@@ -401,8 +421,17 @@ void mc_cuda_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_ten
                                                (const T *)bd, n, h, eps));
 }
 
-void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                           const mc_tensor *x, const mc_tensor *w, const mc_tensor *mean, const mc_tensor *rstd) {
+/* dx or y (optional): [n, h] outputs of x's dtype. */
+static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dtype dt, int64_t n, int64_t h) {
+    if (!mc_tensor_present(t)) return NULL;
+    mc_cuda_check_dtype(op, name, t, dt);
+    mc_cuda_check_2d(op, name, t, n, h);
+    return t->data;
+}
+
+void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                           const mc_tensor *mean, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "layernorm_bwd";
     mc_cuda_check_float(op, "x", x);
@@ -413,15 +442,11 @@ void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tens
     void *wd = required_vec(op, "w", w, dt, h);
     float *md = required_stat(op, "mean", mean, n), *rd = required_stat(op, "rstd", rstd, n);
     float *dwd = optional_stat(op, "dw", dw, h), *dbd = optional_stat(op, "db", db, h);
-    void *dxd = NULL;
-    if (mc_tensor_present(dx)) {
-        mc_cuda_check_dtype(op, "dx", dx, dt);
-        mc_cuda_check_2d(op, "dx", dx, n, h);
-        dxd = dx->data;
-    }
+    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
+    void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
     MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_bwd<T, true>(st, op, (T *)dxd, dwd, dbd, (const T *)dy->data, (const T *)x->data,
-                                               (const T *)wd, md, rd, n, h));
+                           launch_bwd<T, true>(st, op, (T *)dxd, (T *)yd, dwd, dbd, (const T *)dy->data,
+                                               (const T *)x->data, (const T *)wd, (const T *)bd, md, rd, n, h));
 }
 
 void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
@@ -440,8 +465,8 @@ void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc
                                                 n, h, eps));
 }
 
-void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_tensor *dy, const mc_tensor *x,
-                         const mc_tensor *w, const mc_tensor *rstd) {
+void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
+                         const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "rmsnorm_bwd";
     mc_cuda_check_float(op, "x", x);
@@ -452,13 +477,8 @@ void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, const mc_
     void *wd = required_vec(op, "w", w, dt, h);
     float *rd = required_stat(op, "rstd", rstd, n);
     float *dwd = optional_stat(op, "dw", dw, h);
-    void *dxd = NULL;
-    if (mc_tensor_present(dx)) {
-        mc_cuda_check_dtype(op, "dx", dx, dt);
-        mc_cuda_check_2d(op, "dx", dx, n, h);
-        dxd = dx->data;
-    }
+    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
     MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_bwd<T, false>(st, op, (T *)dxd, dwd, NULL, (const T *)dy->data, (const T *)x->data,
-                                                (const T *)wd, NULL, rd, n, h));
+                           launch_bwd<T, false>(st, op, (T *)dxd, (T *)yd, dwd, NULL, (const T *)dy->data,
+                                                (const T *)x->data, (const T *)wd, NULL, NULL, rd, n, h));
 }
