@@ -70,18 +70,16 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     for (int l = 0; l < c->num_layers; l++) {
         mc_layer_acts *la = &m->acts[l];
         la->x_in = prev;
-        la->y1 = m->recompute ? mc_tensor_none() : alloc2(a, at, N, h);
         la->mean1 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
         la->rstd1 = alloc1(a, st, Nl);
         la->qkv = alloc2(a, at, N, m->qkv_local);
         la->att = alloc2(a, at, N, (int64_t)m->heads_local * d);
         la->lse = alloc1(a, st, m->max_batch * m->heads_local * m->seq);
         la->x_mid = alloc2(a, at, Nl, h);
-        la->y2 = m->recompute ? mc_tensor_none() : alloc2(a, at, N, h);
         la->mean2 = ln ? alloc1(a, st, Nl) : mc_tensor_none();
         la->rstd2 = alloc1(a, st, Nl);
         la->fc1 = alloc2(a, at, N, m->fc1_local);
-        la->act = m->recompute ? mc_tensor_none() : alloc2(a, at, N, m->ffn_local);
+        la->act = m->recompute_act ? mc_tensor_none() : alloc2(a, at, N, m->ffn_local);
         prev = alloc2(a, at, Nl, h);
     }
     m->x_final = prev;
@@ -108,18 +106,18 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     if (chunk < 1) chunk = 1;
     if (chunk > N) chunk = N;
     m->head_chunk = chunk;
-    /* The logits chunk and the layers' scratch (their gradients, and with selective
-     * recomputation the rewritten norm output and activation) are never live at once: the
-     * head runs after the last layer's forward and before the first layer's backward. They
-     * share bytes (0.2-0.5 GB on the 1.5B bench shape). */
+    /* The logits chunk and the layers' scratch (their gradients, the norm output and the
+     * rewritten activation) are never live at once: the head runs after the last layer's
+     * forward and before the first layer's backward. They share bytes (0.4 GB on the 1.5B
+     * bench shape). */
     size_t shared_from = a->used;
     m->logits = alloc2(a, at, chunk, m->vocab_local);
     mc_arena_rewind(a, shared_from);
     m->dqkv = alloc2(a, at, N, m->qkv_local);
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
-    m->ytmp = m->recompute ? alloc2(a, at, N, h) : mc_tensor_none();
-    m->act_tmp = m->recompute ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
+    m->ytmp = alloc2(a, at, N, h);
+    m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
     mc_arena_skip_to_peak(a);
     m->rowmax = alloc1(a, st, chunk);
     m->gmax = alloc1(a, st, chunk);
@@ -145,7 +143,7 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->tp_rank = comm->tp.rank;
     int tp = m->tp;
     m->sp = cfg->parallel.sequence_parallel && tp > 1;
-    m->recompute = cfg->train.recompute_granularity == 1;
+    m->recompute_act = cfg->model.swiglu || cfg->train.recompute_granularity == 1;
     m->deterministic = cfg->train.deterministic_mode;
     if (m->sp && (c->seq_length % tp != 0))
         return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",

@@ -89,20 +89,23 @@ typedef struct mc_layer_params {
 /* Saved activations of one layer for one micro-batch (views into the arena). */
 /* With sequence parallelism the residual-stream tensors and norm statistics hold this
  * rank's N/TP tokens ("Nl" below; Nl = N without SP).
- * Selective recomputation (--recompute-granularity selective) saves neither the norm
- * outputs nor the MLP activation: backward recomputes them from what is saved (the norm
- * input and statistics, fc1). That is 2h + ffn values per token and layer less (3.3 GB on
- * the 1.5B bench shape, measured) for a few percent of step time; the recomputation
- * repeats the same deterministic kernels, so it changes no bit. */
+ * The norm outputs are never saved: each norm's backward writes its output again in the
+ * pass it makes anyway (from the saved input and statistics, bit for bit), just before
+ * the next linear's weight gradient needs it. Nor is SwiGLU's activation: its backward
+ * writes it again the same way. That is 2h (+ ffn) values per token and layer less, at no
+ * measurable cost (3.0 GiB on the 1.5B bench shape, H200, bench/RESULTS.md). GELU's
+ * activation is saved unless --recompute-granularity selective, which recomputes it in a
+ * pass of its own. With SP the norm outputs are gathered again in backward, as Megatron
+ * re-gathers the inputs of its sequence-parallel linears. */
 typedef struct mc_layer_acts {
     mc_tensor x_in;      /* [Nl, h] layer input (residual stream) */
-    mc_tensor y1, mean1, rstd1; /* first norm: output [N, h] (absent when recomputed), stats [Nl] */
+    mc_tensor mean1, rstd1; /* first norm's statistics [Nl] */
     mc_tensor qkv;       /* [N, qkv_local] after RoPE */
     mc_tensor att, lse;  /* [N, heads_local*d], [B, heads_local, S] */
     mc_tensor x_mid;     /* [Nl, h] after the attention residual */
-    mc_tensor y2, mean2, rstd2;
+    mc_tensor mean2, rstd2;
     mc_tensor fc1;       /* [N, ffn_local] or [N, 2*ffn_local] with SwiGLU */
-    mc_tensor act;       /* [N, ffn_local] (absent when recomputed) */
+    mc_tensor act;       /* [N, ffn_local] GELU's activation (absent when recomputed) */
 } mc_layer_acts;
 
 /* One micro-batch in backend memory, [s, b] token order. */
@@ -151,10 +154,10 @@ typedef struct mc_model {
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
     mc_tensor emb_out;    /* [Nl, h] input of layer 0 */
-    bool recompute;       /* selective recomputation of norm outputs and MLP activations */
+    bool recompute_act;   /* the MLP activation rewritten in backward (SwiGLU; GELU with selective) */
     bool deterministic;   /* --deterministic-mode: kernels that sum in a fixed order only */
-    mc_tensor ytmp;       /* [N, h] with recompute: a norm output (gathered with SP), any layer */
-    mc_tensor act_tmp;    /* [N, ffn_local] with recompute: an MLP activation, any layer */
+    mc_tensor ytmp;       /* [N, h] a norm output (gathered with SP), any layer */
+    mc_tensor act_tmp;    /* [N, ffn_local] with recompute_act: an MLP activation, any layer */
     mc_tensor x_final, yf, meanf, rstdf; /* final residual [Nl, h], final norm output [N, h], stats [Nl] */
     /* dres [Nl, h]: residual-stream gradient; dtmp [N, h]: full-width temporaries (row-
      * parallel outputs, gathered gradients); dqkv, datt, dact: backward scratch (the MLP's

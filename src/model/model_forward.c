@@ -188,11 +188,9 @@ static void residual_branch_fwd(pass_ctx *p, mc_tensor *out, const mc_tensor *re
     p->be->dropout_add_fwd(p->be, out, residual, &t, hp, m->seed, residual_stream(p, site));
 }
 
-/* Where layer l's norm outputs and MLP activation live: its own saved buffers, or with
- * selective recomputation the shared scratch that backward refills. */
-static mc_tensor *y1_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y1; }
-static mc_tensor *y2_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->ytmp : &p->m->acts[l].y2; }
-static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute ? &p->m->act_tmp : &p->m->acts[l].act; }
+/* Where layer l's MLP activation lives: its own saved buffer, or the shared scratch that
+ * backward refills. (The norm outputs always live in the shared ytmp.) */
+static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute_act ? &p->m->act_tmp : &p->m->acts[l].act; }
 
 /* fc1 and a tanh GELU as one op each way (linear_gelu_fwd / linear_dgelu_bwd), which a
  * backend can fuse into its GEMMs. fc1 is column-parallel, so its bias and the GELU are
@@ -211,25 +209,16 @@ static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
 }
 
 /* Backward through a norm and the column-parallel linear it feeds (norm1 -> QKV, norm2 ->
- * fc1), from dout, the linear's output gradient: the linear's weight (and bias) gradient,
- * and dres += the norm's input gradient (through dtmp, reduced over TP). The norm's output
- * y is the layer's saved one (ysaved) or, with selective recomputation, rewritten into
- * ytmp by the norm's backward itself (no pass of its own): then the linear's input
- * gradient goes first, and its weight gradient after the norm. Same products either way. */
-static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, mc_tensor *ysaved, const mc_tensor *x,
-                            const mc_tensor *mean, const mc_tensor *rstd, int norm_w, int norm_b, int lin_w,
-                            int lin_b) {
+ * fc1), from dout, the linear's output gradient: the linear's input gradient (through
+ * dtmp, reduced over TP), then the norm's backward, dres += its input gradient, which also
+ * writes the norm's output again into ytmp (no pass of its own), then the linear's weight
+ * (and bias) gradient from it. */
+static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, const mc_tensor *x, const mc_tensor *mean,
+                            const mc_tensor *rstd, int norm_w, int norm_b, int lin_w, int lin_b) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, lin_w), gw = mc_model_grad(m, lin_w), gb = mc_model_grad(m, lin_b);
     mc_tensor dy = rows_of(&m->dtmp, p->N), none = mc_tensor_none();
-    if (!m->recompute) {
-        mc_tensor y = rows_of(ysaved, p->N);
-        be->linear_bwd(be, &dy, &gw, &gb, dout, &y, &w);
-        mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
-        norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, NULL);
-        return;
-    }
     mc_tensor y = rows_of(&m->ytmp, p->N), y_mine = my_rows(p, &m->ytmp);
     be->linear_bwd(be, &dy, &none, &none, dout, &y, &w);
     mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
@@ -246,9 +235,9 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     int64_t N = p->N;
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
 
-    norm_fwd(p, y1_buf(p, l), &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
-    gather_seq(p, y1_buf(p, l));
-    mc_tensor y1 = rows_of(y1_buf(p, l), N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
+    norm_fwd(p, &m->ytmp, &a->mean1, &a->rstd1, &a->x_in, lp->ln1_w, lp->ln1_b);
+    gather_seq(p, &m->ytmp);
+    mc_tensor y1 = rows_of(&m->ytmp, N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
     mc_tensor wqkv = mc_model_param(m, lp->qkv_w), bqkv = mc_model_param(m, lp->qkv_b);
     be->linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
     mc_attn_desc ad = attn_desc(p, l);
@@ -261,9 +250,9 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
     residual_branch_fwd(p, &x_mid, &x_in, &att, lp->proj_w, lp->proj_b, hp, site_attn_res(l));
 
-    norm_fwd(p, y2_buf(p, l), &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
-    gather_seq(p, y2_buf(p, l));
-    mc_tensor y2 = rows_of(y2_buf(p, l), N), fc1 = rows_of(&a->fc1, N);
+    norm_fwd(p, &m->ytmp, &a->mean2, &a->rstd2, &a->x_mid, lp->ln2_w, lp->ln2_b);
+    gather_seq(p, &m->ytmp);
+    mc_tensor y2 = rows_of(&m->ytmp, N), fc1 = rows_of(&a->fc1, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b), act;
     if (fused_gelu(m)) {
         act = rows_of(act_buf(p, l), N);
@@ -304,18 +293,16 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
     mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
     if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
-        mc_tensor act = m->recompute ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
+        mc_tensor act = m->recompute_act ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
         be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
-    } else if (!m->recompute) {
+    } else if (!m->recompute_act) { /* GELU, its activation saved */
         mc_tensor act = rows_of(&a->act, N);
         be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
-        if (m->cfg.swiglu)
-            be->swiglu_bwd(be, &dfc1, &none, &dact, &fc1);
-        else
-            be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
-    } else { /* fc2's input gradient, then the activation again (SwiGLU: from its own backward's pass), then fc2's weight gradient */
+        be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+    } else { /* fc2's input gradient, the activation again (SwiGLU: written by its backward's
+              * pass; GELU: a pass of its own), then fc2's weight gradient */
         mc_tensor act = rows_of(&m->act_tmp, N);
         be->linear_bwd(be, &dact, &none, &none, &dt, &act, &w2);
         if (m->cfg.swiglu) {
@@ -326,7 +313,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         }
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
     }
-    norm_linear_bwd(p, &dfc1, &a->y2, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b);
+    norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b);
 
     /* dres = d x_mid. Through the attention residual. */
     dt = branch_grad(p, site_attn_res(l));
@@ -341,7 +328,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    norm_linear_bwd(p, &dqkv, &a->y1, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b);
+    norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b);
 }
 
 static void embedding_fwd(pass_ctx *p) {

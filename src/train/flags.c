@@ -128,9 +128,9 @@ static const mc_arg_spec k_flags[] = {
     {"--fp8-amax-history-len", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
     {"--fp8-amax-compute-algo", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_FP8},
     {"--fp8-param-gather", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_FP8},
-    {"--recompute-granularity", MC_ARG_CHOICE, F(train.recompute_granularity), "selective: recompute norm outputs and MLP activations in backward", .choices = k_recompute},
+    {"--recompute-granularity", MC_ARG_CHOICE, F(train.recompute_granularity), "selective: also recompute GELU's activation in backward (norm outputs and SwiGLU's activation always are, at no cost)", .choices = k_recompute},
     {"--recompute-activations", MC_ARG_TRUE, F(train.recompute_activations), "legacy name of --recompute-granularity selective"},
-    {"--recompute-modules", MC_ARG_NOTE, 0, NULL, .nvalues = -1, .note = "selective recomputation covers the norms and the MLP activation (attention is flash-style and stores no probabilities)"},
+    {"--recompute-modules", MC_ARG_NOTE, 0, NULL, .nvalues = -1, .note = "norm outputs and SwiGLU's activation are always recomputed, GELU's with selective (attention is flash-style and stores no probabilities)"},
     {"--recompute-method", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "full-layer recomputation is not in this version yet"},
     {"--recompute-num-layers", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "full-layer recomputation is not in this version yet"},
 
