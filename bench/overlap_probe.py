@@ -5,8 +5,10 @@ tokens, h 2048, GQA 32/8 heads of 64, ffn 8192, vocab 128256):
   gemms:   one forward's GEMMs (16 x QKV, attention projection, fc1 [gate|up], fc2; LM head)
   adamw:   torch's fused AdamW over 1.5B fp32 parameters (the same bytes as ours)
   both:    the two at once on two streams
-and prints the saving of `both` against running them one after the other. Decides whether
-Megatron-C should run its optimizer step concurrently with the next forward.
+and prints the saving of `both` against running them one after the other. It said 26% of
+AdamW could hide (H200, 2026-12-01); Megatron-C's own overlap of its optimizer with the
+next forward then measured 0.906x on the 1.5B step and was removed (bench/RESULTS.md):
+the probe's GEMMs run back to back at full size, the real forward does not.
     python3 bench/overlap_probe.py
 """
 import statistics

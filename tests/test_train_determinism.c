@@ -4,18 +4,14 @@
  *  - bf16 and fp16 (loss-scaled) training on the GPU track the fp32 CPU loss curve of the
  *    tiny Llama model (the golden fixture's shape) within 2% at every one of 200 steps;
  *  - the same for a tiny GPT-2-style model (biases, tanh GELU), whose CUDA runs take the
- *    cuBLASLt GELU and bias-gradient epilogues;
- *  - the optimizer step overlapped with the next forward (the default) computes what the
- *    step run in line computes, bit for bit (CPU, and CUDA where it really overlaps). */
+ *    cuBLASLt GELU and bias-gradient epilogues. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "megatron.h"
 #include "tiny_llama.h"
 #include "tensor/backend.h"
-#include "train/trainer_internal.h"
 
 #define STEPS_CURVE 200
 #define STEPS_REPEAT 20
@@ -72,8 +68,6 @@ static void set_precision(mc_config *c, precision p) {
     }
 }
 
-static bool g_overlapped; /* whether the last train() overlapped its optimizer steps */
-
 /* Runs `steps` iterations; fills losses and grad norms. */
 static int train(mc_config *c, int steps, double *losses, double *norms) {
     c->train.train_iters = steps;
@@ -83,7 +77,6 @@ static int train(mc_config *c, int steps, double *losses, double *norms) {
         CHECK(0, "%s", err.msg);
         return -1;
     }
-    g_overlapped = t->opt.overlap;
     for (int i = 0; i < steps; i++) {
         mc_step_stats st;
         if (mc_trainer_step(t, &st, &err) != MC_OK) {
@@ -155,42 +148,6 @@ static void test_cuda_fp16_runs_are_bitwise_identical(void) { cuda_repeat_bitwis
 static void test_cuda_bf16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, BF16); }
 static void test_cuda_fp16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, FP16); }
 
-/* The update overlapped with the next forward (pieces joined by the forward, gradients
- * zeroed by the update itself) against MC_OPTIMIZER_OVERLAP=0 (the update in line, then
- * a zeroing pass): every loss and grad norm bit for bit. */
-static void overlap_changes_no_bit(mc_device_choice dev, precision p) {
-    double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
-    mc_config c;
-    tiny_llama(&c);
-    c.train.device = dev;
-    c.train.deterministic_mode = true;
-    set_precision(&c, p);
-    if (train(&c, STEPS_REPEAT, l1, n1)) return;
-    CHECK(g_overlapped, "the optimizer did not overlap by default");
-    setenv("MC_OPTIMIZER_OVERLAP", "0", 1);
-    tiny_llama(&c);
-    c.train.device = dev;
-    c.train.deterministic_mode = true;
-    set_precision(&c, p);
-    int rc = train(&c, STEPS_REPEAT, l2, n2);
-    unsetenv("MC_OPTIMIZER_OVERLAP");
-    if (rc) return;
-    CHECK(!g_overlapped, "MC_OPTIMIZER_OVERLAP=0 did not turn the overlap off");
-    for (int i = 0; i < STEPS_REPEAT; i++)
-        CHECK(memcmp(&l1[i], &l2[i], sizeof(double)) == 0 && memcmp(&n1[i], &n2[i], sizeof(double)) == 0,
-              "step %d: loss %.17g vs %.17g, grad norm %.17g vs %.17g", i + 1, l1[i], l2[i], n1[i], n2[i]);
-    CHECK(l1[STEPS_REPEAT - 1] < l1[0], "the loss did not go down (%.4f -> %.4f)", l1[0], l1[STEPS_REPEAT - 1]);
-}
-
-static void test_cpu_optimizer_overlap_changes_no_bit(void) { overlap_changes_no_bit(MC_DEVICE_CPU_ONLY, FP32); }
-static void test_cuda_optimizer_overlap_changes_no_bit(void) {
-    if (!mc_backend_cuda_available()) {
-        printf("   (no GPU: skipped)\n");
-        return;
-    }
-    overlap_changes_no_bit(MC_DEVICE_CUDA_ONLY, BF16);
-}
-
 static void tracks_cpu_fp32_curve(model_fn model, precision p) {
     if (!mc_backend_cuda_available()) {
         printf("   (no GPU: skipped)\n");
@@ -230,8 +187,6 @@ int main(void) {
     RUN(test_cpu_gpt2_runs_are_bitwise_identical);
     RUN(test_selective_recompute_changes_no_bit);
     RUN(test_gpt2_selective_recompute_changes_no_bit);
-    RUN(test_cpu_optimizer_overlap_changes_no_bit);
-    RUN(test_cuda_optimizer_overlap_changes_no_bit);
     RUN(test_cuda_bf16_runs_are_bitwise_identical);
     RUN(test_cuda_fp16_runs_are_bitwise_identical);
     RUN(test_cuda_bf16_gpt2_runs_are_bitwise_identical);

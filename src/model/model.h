@@ -216,10 +216,4 @@ void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out);
 /* Parameter count of the whole model (all ranks), excluding padding. */
 int64_t mc_model_num_params_global(const mc_model *m);
 
-/* The parameter ranges the forward reads in turn (it calls params_needed with each):
- * the embedding, each layer, then the final norm and output layer. bounds gets
- * num_layers + 3 offsets, bounds[0] = 0 <= bounds[1] <= ... <= bounds[n] = numel;
- * returns the number of pieces n = num_layers + 2. */
-int mc_model_forward_pieces(const mc_model *m, int64_t *bounds);
-
 #endif

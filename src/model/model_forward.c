@@ -383,15 +383,6 @@ static int64_t layer_hi(const mc_model *m, int l) {
     return l + 1 < m->cfg.num_layers ? layer_lo(m, l + 1) : m->params[m->lnf_w].offset;
 }
 
-int mc_model_forward_pieces(const mc_model *m, int64_t *bounds) {
-    int L = m->cfg.num_layers;
-    bounds[0] = 0;
-    for (int l = 0; l < L; l++) bounds[1 + l] = layer_lo(m, l);
-    bounds[L + 1] = m->params[m->lnf_w].offset;
-    bounds[L + 2] = m->numel;
-    return L + 2;
-}
-
 static void need_params(const mc_model *m, int64_t lo, int64_t hi) {
     if (m->hooks.params_needed) m->hooks.params_needed(m->hooks.ctx, lo, hi);
 }

@@ -2,8 +2,6 @@
 
 #include <string.h>
 
-#include "optim/optimizer.h"
-
 static mc_tensor flat_view(void *buf, mc_dtype dt, int64_t lo, int64_t n) {
     return mc_tensor_1d((char *)buf + (size_t)lo * mc_dtype_size(dt), dt, n);
 }
@@ -83,7 +81,6 @@ static void on_grads_ready(void *ctx, int64_t frontier) {
 static void on_params_needed(void *ctx, int64_t lo, int64_t hi) {
     mc_ddp *d = ctx;
     mc_model *m = d->model;
-    if (d->opt) mc_optimizer_params_needed(d->opt, lo, hi);
     for (int b = 0; b < m->nbuckets; b++)
         if (d->param_work[b] && m->buckets[b].lo < hi && m->buckets[b].hi > lo) wait_gather(d, b);
 }

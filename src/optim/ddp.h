@@ -28,9 +28,6 @@ typedef struct mc_ddp {
     mc_comm_work **param_work; /* per bucket: the parameter all-gather in flight */
     float *kv_scratch;         /* [groups, 2d, h] F32, for replicated key/value rows */
     int64_t kv_scratch_numel;
-    /* The optimizer whose overlapped update the forward's params_needed hook also joins
-     * (optim/optimizer.h); NULL: none. */
-    struct mc_optimizer *opt;
 } mc_ddp;
 
 /* Installs the model hooks. Also sums the gradients that are partial over TP ranks

@@ -1,7 +1,6 @@
 #include "optim/optimizer.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* The part of parameter p that this rank counts in norms: tensor-parallel duplicates
@@ -24,32 +23,6 @@ static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, in
     if (e <= s) return 0;
     *out = (mc_adamw_segment){.offset = state_base + (s - lo), .count = e - s, .grad_offset = s};
     return 1;
-}
-
-/* Whether the update can overlap the next forward, and its pieces: the segments must be
- * the parameters themselves (plain optimizer), cover the gradient buffer, and come in
- * address order, so that zeroing each piece's gradients zeroes them all. */
-static void plan_overlap(mc_optimizer *o) {
-    const mc_model *m = o->model;
-    const char *env = getenv("MC_OPTIMIZER_OVERLAP");
-    if (o->sharded || !o->be->adamw_async || (env && strcmp(env, "0") == 0)) return;
-    int64_t covered = 0;
-    for (int i = 0; i < o->nsegments; i++) {
-        const mc_adamw_segment *sg = &o->segments[i];
-        if (sg->grad_offset != covered || sg->offset != sg->grad_offset) return;
-        covered += sg->count;
-    }
-    if (covered != m->numel) return;
-    o->piece_bounds = mc_xcalloc((size_t)m->cfg.num_layers + 3, sizeof(int64_t));
-    o->npieces = mc_model_forward_pieces(m, o->piece_bounds);
-    o->piece_seg_end = mc_xcalloc((size_t)o->npieces, sizeof(int));
-    int s = 0;
-    for (int g = 0; g < o->npieces; g++) {
-        while (s < o->nsegments && o->segments[s].grad_offset < o->piece_bounds[g + 1]) s++;
-        o->piece_seg_end[g] = s;
-    }
-    MC_ASSERT(s == o->nsegments, "optimizer pieces end at segment %d of %d", s, o->nsegments);
-    o->overlap = true;
 }
 
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
@@ -120,15 +93,11 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
     o->exp_avg_sq = be->alloc(be, bytes);
     be->zero(be, o->exp_avg, bytes);
     be->zero(be, o->exp_avg_sq, bytes);
-    plan_overlap(o);
     return MC_OK;
 }
 
 void mc_optimizer_free(mc_optimizer *o) {
     if (!o->be) return;
-    mc_optimizer_join(o);
-    free(o->piece_bounds);
-    free(o->piece_seg_end);
     if (o->owns_master) o->be->free(o->be, o->master);
     o->be->free(o->be, o->exp_avg);
     o->be->free(o->be, o->exp_avg_sq);
@@ -142,7 +111,6 @@ void mc_optimizer_free(mc_optimizer *o) {
 /* Sums this rank's counted ranges and reduces them over the ranks that hold the other
  * parts: data-parallel ranks (when sharded) and model-parallel ranks. */
 static double global_sumsq(mc_optimizer *o, const float *buf, const mc_adamw_segment *segs) {
-    mc_optimizer_join(o);
     double s = o->be->sumsq_segments(o->be, buf, segs, o->nnorm);
     if (o->sharded) mc_comm_all_reduce_host_f64(&o->model->comm->dp_cp, &s, 1, MC_REDUCE_SUM);
     mc_comm_all_reduce_host_f64(&o->model->comm->mp, &s, 1, MC_REDUCE_SUM);
@@ -156,7 +124,6 @@ double mc_optimizer_grad_norm(mc_optimizer *o) {
 double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master, o->state_norm_segments)); }
 
 int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
-    mc_optimizer_join(o);
     double zeros = 0;
     for (int i = 0; i < o->nnorm; i++) {
         mc_tensor v = mc_tensor_1d((float *)o->model->grad_buf + o->norm_segments[i].offset, MC_F32,
@@ -168,24 +135,7 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     return (int64_t)zeros;
 }
 
-void mc_optimizer_params_needed(mc_optimizer *o, int64_t lo, int64_t hi) {
-    if (!o->pending) return;
-    int last = -1; /* the last piece overlapping [lo, hi): pieces finish in order */
-    for (int g = 0; g < o->npieces; g++)
-        if (o->piece_bounds[g] < hi && o->piece_bounds[g + 1] > lo) last = g;
-    if (last < 0) return;
-    o->be->adamw_join(o->be, last);
-    if (last == o->npieces - 1) o->pending = false;
-}
-
-void mc_optimizer_join(mc_optimizer *o) {
-    if (!o->pending) return;
-    o->be->adamw_join(o->be, -1);
-    o->pending = false;
-}
-
 void mc_optimizer_zero_grads(mc_optimizer *o) {
-    mc_optimizer_join(o);
     mc_model *m = o->model;
     o->be->zero(o->be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
 }
@@ -213,14 +163,7 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, 
         .eps = o->eps,
         .grad_scale = (float)scale,
         .step = o->step,
-        .zero_grad = o->overlap,
     };
-    if (o->overlap) {
-        mc_optimizer_join(o);
-        o->be->adamw_async(o->be, &d, o->piece_seg_end, o->npieces);
-        o->pending = true;
-        return;
-    }
     o->be->adamw(o->be, &d);
     mc_optimizer_zero_grads(o);
 }

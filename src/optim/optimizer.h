@@ -35,16 +35,6 @@ typedef struct mc_optimizer {
     mc_adamw_segment *norm_segments, *state_norm_segments;
     int nnorm;
     int64_t step;         /* optimizer steps taken */
-    /* Overlap with the next forward (plain optimizer whose segments are the whole gradient
-     * buffer in address order; MC_OPTIMIZER_OVERLAP=0 turns it off): the update runs in
-     * the forward's pieces (mc_model_forward_pieces) through the backend's adamw_async,
-     * zeroing the gradients as it goes, and the forward joins each piece before reading
-     * it (mc_optimizer_params_needed, from the model's params_needed hook). */
-    bool overlap;
-    bool pending;         /* an overlapped update not yet joined in full */
-    int npieces;
-    int64_t *piece_bounds; /* [npieces + 1] parameter offsets */
-    int *piece_seg_end;    /* [npieces] end of each piece's segments */
 } mc_optimizer;
 
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err);
@@ -65,16 +55,8 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o);
  * biases); grads are multiplied by `unscale` (1 / the fp16 loss scale, else 1) and by
  * Megatron's clip coefficient min(1, clip/(norm+1e-6)) of the unscaled norm grad_norm,
  * in one factor (with a power-of-two unscale, exactly as unscaling first would round).
- * Writes this rank's updated parameters into the model's buffer and zeroes the gradients;
- * with o->overlap the device may still be at it on return (the same results: the next
- * forward, and every function below, join it first). */
+ * Writes this rank's updated parameters into the model's buffer and zeroes the gradients. */
 void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale);
-/* The forward is about to read parameters [lo, hi): joins the pieces of an overlapped
- * update that hold them. */
-void mc_optimizer_params_needed(mc_optimizer *o, int64_t lo, int64_t hi);
-/* Joins all of an overlapped update (before anything else touches parameters, gradients
- * or optimizer state on the device). */
-void mc_optimizer_join(mc_optimizer *o);
 /* Zeroes the gradients without an update (a step skipped on fp16 overflow: neither the
  * parameters nor Adam's moments and step count change). */
 void mc_optimizer_zero_grads(mc_optimizer *o);

@@ -76,9 +76,7 @@ typedef struct mc_adamw_segment {
  *   g = grad * grad_scale; p *= 1 - lr wd; m = lerp(m, g, 1 - b1); v = b2 v + (1-b2) g^2;
  *   p -= (lr / (1 - b1^step)) m / (sqrt(v) / sqrt(1 - b2^step) + eps)
  * (bias corrections in double). All buffers F32 except the optional `param_copy` (the
- * model's low-precision parameters), which is rewritten over the segments' ranges. With
- * zero_grad, each gradient element is set to 0 once read (the next step accumulates from
- * zero; no pass of its own). */
+ * model's low-precision parameters), which is rewritten over the segments' ranges. */
 typedef struct mc_adamw_desc {
     float *param, *grad, *exp_avg, *exp_avg_sq; /* flat F32 buffers, backend memory */
     mc_tensor param_copy;                     /* optional flat copy (e.g. BF16) to refresh */
@@ -86,7 +84,6 @@ typedef struct mc_adamw_desc {
     int nsegments;
     float lr, beta1, beta2, eps, grad_scale;
     int64_t step;                             /* 1-based, for bias correction */
-    bool zero_grad;
 } mc_adamw_desc;
 
 typedef struct mc_backend mc_backend;
@@ -228,16 +225,6 @@ struct mc_backend {
 
     /* ---- optimizer ---- */
     void (*adamw)(mc_backend *, const mc_adamw_desc *d);
-    /* adamw in ngroups pieces, piece g the segments [group_end[g - 1], group_end[g])
-     * (group_end[-1] = 0, group_end[ngroups - 1] = nsegments), which the backend may run
-     * after the work issued so far and concurrently with work issued later: the optimizer
-     * step of one iteration under the next one's forward. Until adamw_join(be, g), work
-     * issued later may run before piece g has finished: the caller joins each piece before
-     * anything reads or writes its parameters, gradients or state (the forward, piece by
-     * piece; g < 0 joins every piece). sync, copy_d2h and the reductions below join
-     * everything first. The CPU backend runs the update at once. */
-    void (*adamw_async)(mc_backend *, const mc_adamw_desc *d, const int *group_end, int ngroups);
-    void (*adamw_join)(mc_backend *, int group);
     /* Sum of squares of a F32 buffer, accumulated in double, returned to the host. */
     double (*sumsq)(mc_backend *, const mc_tensor *x);
     /* Sum of squares over several ranges of one flat F32 buffer (the segments' offset and

@@ -82,7 +82,6 @@ static int setup(mc_trainer *t, mc_err *err) {
     MC_TRY(mc_optimizer_create(&t->opt, &t->model, cfg, err));
     mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
                 cfg->parallel.overlap_param_gather);
-    t->ddp.opt = &t->opt; /* the forward joins an overlapped optimizer step piece by piece */
     mc_lr_schedule_init(&t->sched, cfg);
     const mc_precision_config *pr = &cfg->precision;
     if (pr->fp16 && pr->loss_scale == 0)
@@ -243,7 +242,6 @@ static void maybe_inject_inf_grad(mc_trainer *t) {
         if (end == p) return;
         if (it == t->iteration + 1) {
             const float inf = INFINITY;
-            mc_optimizer_join(&t->opt); /* an overlapped update zeroes the gradients */
             t->be->copy_h2d(t->be, (float *)t->model.grad_buf + t->model.params[0].offset, &inf, sizeof inf);
             return;
         }
@@ -261,10 +259,7 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     maybe_inject_exit(t);
     maybe_inject_inf_grad(t);
     const double loss_scale = t->scaler.scale;
-    /* this step's time includes the host time of the previous step's overlapped optimizer
-     * launch (all of the update on a backend that runs it at once) */
-    double t0 = mc_time_now() - t->deferred_update_s;
-    t->deferred_update_s = 0;
+    double t0 = mc_time_now();
     double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
     for (int micro = 0; micro < M; micro++) {
         int64_t first = mc_data_sample_index(t->consumed_train_samples, micro, mbs, t->dp, t->comm.dp_rank);
@@ -302,33 +297,21 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
                           (long long)(t->iteration + 1), isfinite(loss) ? "the gradient norm" : "the lm loss",
                           isnan(isfinite(loss) ? gnorm : loss) ? "NaN" : "Inf");
     int64_t zeros = 0;
-    double lr = 0.0, wd = 0.0;
     if (skipped) {
         mc_optimizer_zero_grads(&t->opt);
     } else {
         zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
-        lr = mc_lr_at(&t->sched, (double)t->sched_samples);
-        wd = mc_wd_at(&t->sched, (double)t->sched_samples);
-    }
-    /* An overlapped update is issued after this step's clock stops: it runs on the device
-     * under the next step's forward (optimizer.h), whose time it then shares. */
-    bool deferred = !skipped && t->opt.overlap;
-    if (!skipped && !deferred) {
+        double lr = mc_lr_at(&t->sched, (double)t->sched_samples);
+        double wd = mc_wd_at(&t->sched, (double)t->sched_samples);
         mc_optimizer_step(&t->opt, lr, wd, gnorm, 1.0 / loss_scale);
         mc_ddp_gather_params(&t->ddp);
+        t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
     }
-    if (!skipped) t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
     mc_loss_scaler_update(&t->scaler, found_inf);
     be->sync(be);
     t->consumed_train_samples += cfg->train.global_batch_size;
     t->iteration++;
     double dt = mc_time_now() - t0;
-    if (deferred) {
-        double l0 = mc_time_now();
-        mc_optimizer_step(&t->opt, lr, wd, gnorm, 1.0 / loss_scale);
-        mc_ddp_gather_params(&t->ddp);
-        t->deferred_update_s = mc_time_now() - l0;
-    }
 
     if (st) {
         memset(st, 0, sizeof *st);

@@ -19,7 +19,6 @@ struct mc_trainer {
     mc_backend *be;
     mc_model model;
     mc_optimizer opt;
-    double deferred_update_s; /* host time of the last overlapped optimizer launch, for the next step's clock */
     mc_ddp ddp;
     mc_lr_schedule sched;
     /* --fp16's loss scaler; a constant 1 otherwise. Its state goes into checkpoints with

@@ -108,20 +108,8 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
             if (len > ADAMW_CHUNK) len = ADAMW_CHUNK;
             adamw_chunk(d->param + i0, d->grad + g0, d->exp_avg + i0, d->exp_avg_sq + i0, len, &s);
             if (copy) mc_cpu_store_f32(d->param_copy.data, d->param_copy.dtype, g0, d->param + i0, len);
-            if (d->zero_grad) memset(d->grad + g0, 0, (size_t)len * sizeof(float));
         }
     }
-}
-
-/* No second stream: the update runs now, whole; joining is then nothing. */
-void mc_cpu_adamw_async(mc_backend *be, const mc_adamw_desc *d, const int *group_end, int ngroups) {
-    MC_ASSERT(ngroups >= 1 && group_end[ngroups - 1] == d->nsegments, "cpu adamw_async: bad groups");
-    mc_cpu_adamw(be, d);
-}
-
-void mc_cpu_adamw_join(mc_backend *be, int group) {
-    (void)be;
-    (void)group;
 }
 
 double mc_cpu_sumsq(mc_backend *be, const mc_tensor *x) {

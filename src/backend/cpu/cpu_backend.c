@@ -214,8 +214,6 @@ mc_backend *mc_backend_cpu_create(void) {
     be->xent_rescale = mc_cpu_xent_rescale;
     be->xent_loss_grad = mc_cpu_xent_loss_grad;
     be->adamw = mc_cpu_adamw;
-    be->adamw_async = mc_cpu_adamw_async;
-    be->adamw_join = mc_cpu_adamw_join;
     be->sumsq = mc_cpu_sumsq;
     be->sumsq_segments = mc_cpu_sumsq_segments;
     be->count_zeros = mc_cpu_count_zeros;

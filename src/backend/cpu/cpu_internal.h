@@ -148,8 +148,6 @@ void mc_cpu_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, co
                            const mc_tensor *mask, int64_t vocab_start, float grad_scale);
 /* adamw.c */
 void mc_cpu_adamw(mc_backend *, const mc_adamw_desc *d);
-void mc_cpu_adamw_async(mc_backend *, const mc_adamw_desc *d, const int *group_end, int ngroups);
-void mc_cpu_adamw_join(mc_backend *, int group);
 double mc_cpu_sumsq(mc_backend *, const mc_tensor *x);
 double mc_cpu_sumsq_segments(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
 int64_t mc_cpu_count_zeros(mc_backend *, const mc_tensor *x);

@@ -14,11 +14,7 @@
  * Multi-tensor launch: every segment is cut into chunks of ADAMW_CHUNK elements; the
  * segment table (offset, count, grad_offset, first chunk, decay) goes up once per call
  * through pinned staging; one block per chunk finds its segment by binary search in the
- * table (float4 accesses where the segment's offsets allow). adamw_async runs the same
- * kernel once per piece (a range of chunks) on a stream of its own, each piece followed
- * by an event the main stream waits on before the forward reads that piece's parameters:
- * the optimizer's memory traffic then shares the GPU with the next forward's GEMMs (an
- * H200 hid 26% of a 12 ms AdamW under 30 ms of GEMMs this way, bench/overlap_probe.py).
+ * table (float4 accesses where the segment's offsets allow).
  *
  * Reductions are deterministic: a fixed grid (a function of the size and the device),
  * per-thread double accumulators over a fixed element assignment, block sums in a fixed
@@ -75,12 +71,12 @@ __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_
 
 /* vec: every buffer is 16-byte aligned, so a segment whose offset and grad_offset are
  * multiples of 4 runs on float4 accesses (chunks start at multiples of ADAMW_CHUNK). */
-__global__ void adamw_kernel(float *__restrict__ param, float *__restrict__ grad, float *__restrict__ exp_avg,
+__global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
                              float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
-                             const seg_entry *__restrict__ segs, int nseg, int64_t chunk_begin, int64_t chunk_end,
-                             adamw_scalars s, bool vec, bool zero_grad) {
+                             const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
+                             bool vec) {
     const int64_t chunk = ADAMW_CHUNK;
-    for (int64_t c = chunk_begin + blockIdx.x; c < chunk_end; c += gridDim.x) {
+    for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
         const seg_entry seg = segs[find_segment(segs, nseg, c)];
         const int64_t local = (c - seg.chunk_begin) * chunk;
         const int64_t i0 = seg.offset + local, g0 = seg.grad_offset + local;
@@ -96,7 +92,6 @@ __global__ void adamw_kernel(float *__restrict__ param, float *__restrict__ grad
                 float4 m = *reinterpret_cast<const float4 *>(exp_avg + i);
                 float4 v = *reinterpret_cast<const float4 *>(exp_avg_sq + i);
                 const float4 g = *reinterpret_cast<const float4 *>(grad + gi);
-                if (zero_grad) *reinterpret_cast<float4 *>(grad + gi) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 adamw_elem(p.x, m.x, v.x, g.x, decay, s);
                 adamw_elem(p.y, m.y, v.y, g.y, decay, s);
                 adamw_elem(p.z, m.z, v.z, g.z, decay, s);
@@ -121,7 +116,6 @@ __global__ void adamw_kernel(float *__restrict__ param, float *__restrict__ grad
             const int64_t i = i0 + j, gi = g0 + j;
             float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
             adamw_elem(p, m, v, grad[gi], decay, s);
-            if (zero_grad) grad[gi] = 0.0f;
             param[i] = p;
             exp_avg[i] = m;
             exp_avg_sq[i] = v;
@@ -157,122 +151,50 @@ static int build_table(mc_cuda_state *st, const char *op, const mc_adamw_segment
     return n;
 }
 
-/* Checks d and fills the kernel's scalars; false: nothing to do. */
-static bool adamw_prepare(const mc_adamw_desc *d, int *copy_dt, adamw_scalars *s) {
+void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "adamw";
     MC_ASSERT(d->param && d->grad && d->exp_avg && d->exp_avg_sq,
               "cuda adamw: param, grad, exp_avg and exp_avg_sq are required");
     MC_ASSERT(d->step >= 1, "cuda adamw: step %lld must be >= 1 (1-based)", (long long)d->step);
     MC_ASSERT(d->nsegments >= 0 && (d->nsegments == 0 || d->segments), "cuda adamw: bad segment list");
-    *copy_dt = -1;
-    if (mc_tensor_present(&d->param_copy)) {
+    bool copy = mc_tensor_present(&d->param_copy);
+    int copy_dt = -1;
+    if (copy) {
         MC_ASSERT(d->param_copy.dtype == MC_BF16 || d->param_copy.dtype == MC_F16 || d->param_copy.dtype == MC_F32,
                   "cuda adamw: param_copy dtype %s is not BF16/F16/F32", mc_dtype_name(d->param_copy.dtype));
-        *copy_dt = (int)d->param_copy.dtype;
+        copy_dt = (int)d->param_copy.dtype;
         int64_t copy_numel = mc_tensor_numel(&d->param_copy);
         for (int i = 0; i < d->nsegments; i++)
             MC_ASSERT(d->segments[i].grad_offset + d->segments[i].count <= copy_numel,
                       "cuda adamw: segment %d ends at %lld, past param_copy's %lld elements", i,
                       (long long)(d->segments[i].grad_offset + d->segments[i].count), (long long)copy_numel);
     }
-    if (d->nsegments == 0) return false;
+    if (d->nsegments == 0) return;
     double bc1 = 1.0 - pow((double)d->beta1, (double)d->step);
     double bc2 = 1.0 - pow((double)d->beta2, (double)d->step);
-    s->grad_scale = d->grad_scale;
-    s->one_minus_b1 = (float)(1.0 - (double)d->beta1);
-    s->b2 = d->beta2;
-    s->one_minus_b2 = (float)(1.0 - (double)d->beta2);
-    s->neg_step_size = (float)(-(double)d->lr / bc1);
-    s->bc2_sqrt = (float)sqrt(bc2);
-    s->eps = d->eps;
-    return true;
-}
-
-/* Chunks [c0, c1) of the committed table, on st->stream: one block per chunk (the
- * hardware overlaps the blocks' latencies; the kernel still loops, should the count ever
- * exceed the grid limit). */
-static void adamw_launch(mc_cuda_state *st, const mc_adamw_desc *d, int copy_dt, const adamw_scalars &s,
-                         const seg_entry *segs, int nseg, int64_t c0, int64_t c1) {
-    if (c1 <= c0) return;
-    const int64_t cap = (int64_t)1 << 30;
-    unsigned grid = (unsigned)(c1 - c0 < cap ? c1 - c0 : cap);
-    bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
-               mc_cuda_aligned16(d->exp_avg_sq) && (copy_dt < 0 || mc_cuda_aligned16(d->param_copy.data));
-    adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
-                                                         copy_dt >= 0 ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                         c0, c1, s, vec, d->zero_grad);
-    MC_CUDA_LAUNCHED(st, "adamw");
-}
-
-void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "adamw";
-    int copy_dt;
     adamw_scalars s;
-    if (!adamw_prepare(d, &copy_dt, &s)) return;
+    s.grad_scale = d->grad_scale;
+    s.one_minus_b1 = (float)(1.0 - (double)d->beta1);
+    s.b2 = d->beta2;
+    s.one_minus_b2 = (float)(1.0 - (double)d->beta2);
+    s.neg_step_size = (float)(-(double)d->lr / bc1);
+    s.bc2_sqrt = (float)sqrt(bc2);
+    s.eps = d->eps;
     int64_t total_chunks = 0;
     int nseg = build_table(st, op, d->segments, d->nsegments, d->lr, true, ADAMW_CHUNK, &total_chunks);
     if (nseg == 0) return;
     const seg_entry *segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
-    adamw_launch(st, d, copy_dt, s, segs, nseg, 0, total_chunks);
-}
-
-void mc_cuda_opt_join_all(mc_cuda_state *st) {
-    if (st->opt_joined_to >= st->opt_pieces) return;
-    MC_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->opt_events[st->opt_pieces - 1], 0), "adamw_join");
-    st->opt_joined_to = st->opt_pieces;
-}
-
-void mc_cuda_adamw_join(mc_backend *be, int group) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    if (group < 0 || group >= st->opt_pieces - 1) {
-        mc_cuda_opt_join_all(st);
-        return;
-    }
-    if (group < st->opt_joined_to) return; /* pieces finish in order: joined with a later one */
-    MC_CUDA_CHECK(cudaStreamWaitEvent(st->stream, st->opt_events[group], 0), "adamw_join");
-    st->opt_joined_to = group + 1;
-}
-
-void mc_cuda_adamw_async(mc_backend *be, const mc_adamw_desc *d, const int *group_end, int ngroups) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "adamw_async";
-    MC_ASSERT(ngroups >= 1 && group_end && group_end[ngroups - 1] == d->nsegments, "cuda adamw_async: bad groups");
-    mc_cuda_opt_join_all(st); /* the previous update first (its pieces' events are reused) */
-    if (ngroups > st->opt_nevents) {
-        st->opt_events = (cudaEvent_t *)realloc(st->opt_events, (size_t)ngroups * sizeof(cudaEvent_t));
-        MC_ASSERT(st->opt_events, "cuda adamw_async: out of host memory");
-        for (int i = st->opt_nevents; i < ngroups; i++)
-            MC_CUDA_CHECK(cudaEventCreateWithFlags(&st->opt_events[i], cudaEventDisableTiming), op);
-        st->opt_nevents = ngroups;
-    }
-    int copy_dt;
-    adamw_scalars s;
-    bool work = adamw_prepare(d, &copy_dt, &s);
-    /* the update starts after everything issued so far on the main stream */
-    MC_CUDA_CHECK(cudaEventRecord(st->opt_start, st->stream), op);
-    MC_CUDA_CHECK(cudaStreamWaitEvent(st->opt_stream, st->opt_start, 0), op);
-    cudaStream_t main_stream = st->stream;
-    st->stream = st->opt_stream; /* the table upload and the launches go on the optimizer's stream */
-    int nseg = 0;
-    int64_t total_chunks = 0;
-    const seg_entry *segs = NULL;
-    if (work) nseg = build_table(st, op, d->segments, d->nsegments, d->lr, true, ADAMW_CHUNK, &total_chunks);
-    if (nseg > 0) segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
-    /* piece g: the chunks of segments [group_end[g-1], group_end[g]) (empty segments have none) */
-    int64_t c0 = 0;
-    for (int g = 0; g < ngroups; g++) {
-        int64_t c1 = c0;
-        for (int i = g > 0 ? group_end[g - 1] : 0; i < group_end[g]; i++)
-            c1 += (d->segments[i].count + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
-        if (nseg > 0) adamw_launch(st, d, copy_dt, s, segs, nseg, c0, c1);
-        MC_CUDA_CHECK(cudaEventRecord(st->opt_events[g], st->opt_stream), op);
-        c0 = c1;
-    }
-    st->stream = main_stream;
-    MC_ASSERT(c0 == total_chunks || nseg == 0, "cuda adamw_async: %lld chunks in pieces vs %lld", (long long)c0,
-              (long long)total_chunks);
-    st->opt_pieces = ngroups;
-    st->opt_joined_to = 0;
+    /* one block per chunk (the hardware overlaps the blocks' latencies); the kernel still
+     * loops, should the count ever exceed the grid limit */
+    const int64_t cap = (int64_t)1 << 30;
+    unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
+    bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
+               mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
+    adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
+                                                         copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
+                                                         total_chunks, s, vec);
+    MC_CUDA_LAUNCHED(st, op);
 }
 
 /* ---- reductions ---- */
@@ -363,7 +285,6 @@ static unsigned red_grid(const mc_cuda_state *st, int64_t work_items) {
 
 double mc_cuda_sumsq(mc_backend *be, const mc_tensor *x) {
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_opt_join_all(st); /* the optimizer's pieces may write what this reads */
     const char *op = "sumsq";
     mc_cuda_check_float(op, "x", x);
     int64_t n = mc_tensor_numel(x);
@@ -382,7 +303,6 @@ double mc_cuda_sumsq(mc_backend *be, const mc_tensor *x) {
 
 double mc_cuda_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_segment *segments, int nsegments) {
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_opt_join_all(st); /* the optimizer's pieces may write what this reads */
     const char *op = "sumsq_segments";
     MC_ASSERT(nsegments >= 0 && (nsegments == 0 || (segments && buf)), "cuda sumsq_segments: bad segment list");
     if (nsegments == 0) return 0.0;
@@ -404,7 +324,6 @@ double mc_cuda_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_s
 
 int64_t mc_cuda_count_zeros(mc_backend *be, const mc_tensor *x) {
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_opt_join_all(st); /* the optimizer's pieces may write what this reads */
     const char *op = "count_zeros";
     mc_cuda_check_float(op, "x", x);
     int64_t n = mc_tensor_numel(x);

@@ -111,8 +111,6 @@ void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op) {
 }
 
 void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op) {
-    /* the device table is shared: a pending optimizer update may still read it */
-    if (st->stream != st->opt_stream) mc_cuda_opt_join_all(st);
     /* the previous upload from the pinned staging buffer must have completed */
     if (st->seg_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->seg_event), op);
     if (bytes > st->seg_host_bytes) {
@@ -210,7 +208,6 @@ static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t byt
 static void cuda_copy_d2h(mc_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_opt_join_all(st); /* the host may be reading what an optimizer piece writes */
     MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "copy_d2h");
     mc_cuda_sync_checked(st, "copy_d2h");
 }
@@ -227,11 +224,7 @@ static void cuda_zero(mc_backend *be, void *dst, size_t bytes) {
     MC_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, st->stream), "zero");
 }
 
-static void cuda_sync(mc_backend *be) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_opt_join_all(st);
-    mc_cuda_sync_checked(st, "sync");
-}
+static void cuda_sync(mc_backend *be) { mc_cuda_sync_checked(mc_cuda_st(be), "sync"); }
 
 /* The compute stream, for the comm layer's NCCL calls (ordered with our ops). */
 static void *cuda_native_stream(mc_backend *be) { return (void *)mc_cuda_st(be)->stream; }
@@ -273,11 +266,6 @@ static void state_release(mc_cuda_state *st) {
     if (st->seg_host) cudaFreeHost(st->seg_host);
     if (st->seg_dev) cudaFree(st->seg_dev);
     if (st->seg_event) cudaEventDestroy(st->seg_event);
-    if (st->opt_stream) cudaStreamSynchronize(st->opt_stream);
-    for (int i = 0; i < st->opt_nevents; i++) cudaEventDestroy(st->opt_events[i]);
-    free(st->opt_events);
-    if (st->opt_start) cudaEventDestroy(st->opt_start);
-    if (st->opt_stream) cudaStreamDestroy(st->opt_stream);
     if (st->err_host) cudaFreeHost(st->err_host);
     if (st->stream) cudaStreamDestroy(st->stream);
     free(st);
@@ -349,15 +337,8 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     const char *dbg = getenv("MC_CUDA_DEBUG_SYNC");
     st->debug_sync = dbg && dbg[0] && strcmp(dbg, "0") != 0;
 
-    /* The optimizer's stream has the lowest priority, the main one the highest: an
-     * overlapped update's many small blocks fill what the forward's kernels leave free
-     * instead of holding the multiprocessors ahead of them. */
-    int prio_low = 0, prio_high = 0;
-    CREATE_TRY(cudaDeviceGetStreamPriorityRange(&prio_low, &prio_high));
-    CREATE_TRY(cudaStreamCreateWithPriority(&st->stream, cudaStreamNonBlocking, prio_high));
+    CREATE_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CREATE_TRY(cudaEventCreateWithFlags(&st->seg_event, cudaEventDisableTiming));
-    CREATE_TRY(cudaStreamCreateWithPriority(&st->opt_stream, cudaStreamNonBlocking, prio_low));
-    CREATE_TRY(cudaEventCreateWithFlags(&st->opt_start, cudaEventDisableTiming));
     cublasStatus_t bs = cublasLtCreate(&st->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         mc_err_set(err, "--device cuda: cublasLtCreate failed on device %d: %s", device, cublasLtGetStatusString(bs));
@@ -420,8 +401,6 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->xent_rescale = mc_cuda_xent_rescale;
     be->xent_loss_grad = mc_cuda_xent_loss_grad;
     be->adamw = mc_cuda_adamw;
-    be->adamw_async = mc_cuda_adamw_async;
-    be->adamw_join = mc_cuda_adamw_join;
     be->sumsq = mc_cuda_sumsq;
     be->sumsq_segments = mc_cuda_sumsq_segments;
     be->count_zeros = mc_cuda_count_zeros;

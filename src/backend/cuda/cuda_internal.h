@@ -96,14 +96,6 @@ typedef struct mc_cuda_state {
     void *red_result;     /* 64 bytes */
     void *host_result;    /* 64 bytes, pinned */
 
-    /* adamw_async: its own stream, an event marking where it starts on the main stream,
-     * one event per piece; opt_pieces of the last async update, those < opt_joined_to
-     * joined (all joined: opt_joined_to == opt_pieces) */
-    cudaStream_t opt_stream;
-    cudaEvent_t opt_start;
-    cudaEvent_t *opt_events;
-    int opt_nevents, opt_pieces, opt_joined_to;
-
     /* segment tables (adamw, sumsq_segments): pinned staging + device copy */
     void *seg_host, *seg_dev;
     size_t seg_host_bytes, seg_dev_bytes;
@@ -136,10 +128,6 @@ void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op);
  * commit). */
 void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op);
 void *mc_cuda_table_commit(mc_cuda_state *st, size_t bytes, const char *op);
-
-/* Makes the main stream wait for every piece of the last adamw_async (nothing when none
- * is pending). */
-void mc_cuda_opt_join_all(mc_cuda_state *st);
 
 /* Grid size for a grid-stride loop over `items` with `threads` per block: enough blocks
  * to fill every multiprocessor once at full occupancy, no more than needed. */
@@ -281,8 +269,6 @@ void mc_cuda_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, c
                             const mc_tensor *mask, int64_t vocab_start, float grad_scale);
 /* adamw.cu */
 void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
-void mc_cuda_adamw_async(mc_backend *, const mc_adamw_desc *d, const int *group_end, int ngroups);
-void mc_cuda_adamw_join(mc_backend *, int group);
 double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);
 double mc_cuda_sumsq_segments(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
 int64_t mc_cuda_count_zeros(mc_backend *, const mc_tensor *x);
