@@ -187,6 +187,10 @@ void mc_cuda_check_f32_numel(const char *op, const char *name, const mc_tensor *
 void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
                   float alpha, float beta);
 void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
+/* The operand checks every y[n, out] = x[n, in] w[out, in]^T op shares (float x; w and y
+ * of x's dtype and shapes); gives n, in and out. */
+void mc_cuda_linear_dims(const char *op, const mc_tensor *y, const mc_tensor *x, const mc_tensor *w, int64_t *n,
+                         int64_t *in, int64_t *out);
 void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                         const mc_tensor *x, const mc_tensor *w);
 void mc_cuda_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,

@@ -405,6 +405,24 @@ void mc_cuda_matmul(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int
     if (sc) MC_CUDA_CHECK(cudaMemcpyAsync(C, C2, c_bytes, cudaMemcpyDeviceToDevice, st->stream), op);
 }
 
+/* Runs the cached entry for `key` (built on first use), or false when cuBLASLt has no
+ * algorithm for it. The heuristic can offer an algorithm that cublasLtMatmul then refuses
+ * for an epilogue or C operand; that is one more "not available here", not an error. */
+static bool entry_try(mc_cuda_state *st, const gemm_key *key, const char *op, const void *A, const void *B, void *D,
+                      const void *Cin, float alpha, float beta, const void *bias, const void *aux) {
+    gemm_entry *e = entry_for(st, key, bias, aux, op);
+    if (!e->has_algo) return false;
+    cublasStatus_t s = entry_run(st, e, A, B, D, Cin, alpha, beta, bias, aux);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        e->has_algo = false;
+        warn_no_algo(st, key, op, s);
+        return false;
+    }
+    MC_CUBLAS_CHECK(s, op);
+    MC_CUDA_LAUNCHED(st, op);
+    return true;
+}
+
 bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
                              const void *B, bool tb, mc_dtype ab_dt, void *C, mc_dtype c_dt, float alpha, float beta,
                              const mc_cuda_epilogue *epi) {
@@ -419,19 +437,7 @@ bool mc_cuda_matmul_epilogue(mc_cuda_state *st, const char *op, int64_t m, int64
         key.aux_ld = epi->aux_ld;
         key.al_aux = align_of(epi->aux);
     }
-    gemm_entry *e = entry_for(st, &key, epi->bias, epi->aux, op);
-    if (!e->has_algo) return false;
-    /* The heuristic can offer an algorithm that cublasLtMatmul then refuses for an epilogue
-     * operand; that is one more "not available here", not an error. */
-    cublasStatus_t s = entry_run(st, e, A, B, C, C, alpha, beta, epi->bias, epi->aux);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
-        e->has_algo = false;
-        warn_no_algo(st, &key, op, s);
-        return false;
-    }
-    MC_CUBLAS_CHECK(s, op);
-    MC_CUDA_LAUNCHED(st, op);
-    return true;
+    return entry_try(st, &key, op, A, B, C, C, alpha, beta, epi->bias, epi->aux);
 }
 
 bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n, int64_t k, const void *A, bool ta,
@@ -445,17 +451,7 @@ bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n,
         key.bias_dt = ab_dt;
         key.al_bias = align_of(bias);
     }
-    gemm_entry *e = entry_for(st, &key, bias, NULL, op);
-    if (!e->has_algo) return false;
-    cublasStatus_t s = entry_run(st, e, A, B, D, Cin, 1.0f, 1.0f, bias, NULL);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
-        e->has_algo = false;
-        warn_no_algo(st, &key, op, s);
-        return false;
-    }
-    MC_CUBLAS_CHECK(s, op);
-    MC_CUDA_LAUNCHED(st, op);
-    return true;
+    return entry_try(st, &key, op, A, B, D, Cin, 1.0f, 1.0f, bias, NULL);
 }
 
 /* ---- small kernels: C *= beta, bias broadcast, column sums ---- */
@@ -571,15 +567,21 @@ void mc_cuda_gemm(mc_backend *be, mc_tensor *c, const mc_tensor *a, bool trans_a
     mc_cuda_matmul(st, op, m, n, k, a->data, trans_a, b->data, trans_b, a->dtype, c->data, c->dtype, alpha, beta, NULL);
 }
 
-void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "linear_fwd";
+void mc_cuda_linear_dims(const char *op, const mc_tensor *y, const mc_tensor *x, const mc_tensor *w, int64_t *n,
+                         int64_t *in, int64_t *out) {
     mc_cuda_check_float(op, "x", x);
     mc_cuda_check_dtype(op, "w", w, x->dtype);
     mc_cuda_check_dtype(op, "y", y, x->dtype);
-    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
-    mc_cuda_check_2d(op, "w", w, out, in);
-    mc_cuda_check_2d(op, "y", y, n, out);
+    *n = mc_cuda_rows(x), *in = mc_cuda_cols(x), *out = mc_cuda_rows(w);
+    mc_cuda_check_2d(op, "w", w, *out, *in);
+    mc_cuda_check_2d(op, "y", y, *n, *out);
+}
+
+void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "linear_fwd";
+    int64_t n, in, out;
+    mc_cuda_linear_dims(op, y, x, w, &n, &in, &out);
     bool bias = mc_tensor_present(b);
     if (bias) {
         mc_cuda_check_dtype(op, "b", b, x->dtype);
@@ -612,13 +614,9 @@ void mc_cuda_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *
                                  const mc_tensor *w, const mc_tensor *b) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "linear_residual_fwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_cuda_check_dtype(op, "w", w, x->dtype);
-    mc_cuda_check_dtype(op, "y", y, x->dtype);
+    int64_t n, in, out;
+    mc_cuda_linear_dims(op, y, x, w, &n, &in, &out);
     mc_cuda_check_dtype(op, "residual", residual, x->dtype);
-    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
-    mc_cuda_check_2d(op, "w", w, out, in);
-    mc_cuda_check_2d(op, "y", y, n, out);
     mc_cuda_check_numel(op, "residual", residual, n * out);
     bool bias = mc_tensor_present(b);
     if (bias) {

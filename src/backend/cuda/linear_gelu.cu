@@ -28,13 +28,9 @@ void mc_cuda_linear_gelu_fwd(mc_backend *be, mc_tensor *y, mc_tensor *pre, const
                              const mc_tensor *b) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "linear_gelu_fwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_cuda_check_dtype(op, "w", w, x->dtype);
-    mc_cuda_check_dtype(op, "y", y, x->dtype);
+    int64_t n, in, out;
+    mc_cuda_linear_dims(op, y, x, w, &n, &in, &out);
     mc_cuda_check_dtype(op, "pre", pre, x->dtype);
-    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
-    mc_cuda_check_2d(op, "w", w, out, in);
-    mc_cuda_check_2d(op, "y", y, n, out);
     mc_cuda_check_2d(op, "pre", pre, n, out);
     bool bias = mc_tensor_present(b);
     if (bias) {
