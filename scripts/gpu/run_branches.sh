@@ -5,7 +5,10 @@
 # (bench/gpu_ab.sh, ROUNDS rounds, SHAPES shapes). A file .carry/gpu/branches/NAME.abflags
 # beside a branch's pack holds flags both sides of its A/B get (say --deterministic-mode
 # for a change to that mode). Logs under $OUT/branches.
-#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] bash scripts/gpu/run_branches.sh
+# MAIN_TESTS names tests of the current tree to run beside the branches' (and golden parity
+# on CUDA with MAIN_GOLDEN=1), before any timing.
+#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [BRANCH_TESTS="test_..."] [MAIN_TESTS="test_..."]
+#   [MAIN_GOLDEN=1] bash scripts/gpu/run_branches.sh
 set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}
@@ -20,14 +23,25 @@ for dir in "$C"/branches/*/; do
     mkdir -p "$log"
     (
         mapfile -t envs < <(branch_env "$dir")
-        for t in test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism; do
+        for t in ${BRANCH_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism}; do
             [ -x "$dir/$t" ] || continue
             env "${envs[@]}" timeout 300 "$dir/$t" > "$log/$t.log" 2>&1
             echo "$t rc $?: $(tail -1 "$log/$t.log")" >> "$log/summary"
         done
     ) &
 done
+(
+    for t in ${MAIN_TESTS:-}; do
+        timeout 300 "$B/$t" > "$OUT/branches/main_$t.log" 2>&1
+        echo "main $t rc $?: $(tail -1 "$OUT/branches/main_$t.log")" >> "$OUT/branches/main_summary"
+    done
+    if [ "${MAIN_GOLDEN:-0}" = 1 ]; then
+        MC_TEST_DEVICE=cuda timeout 60 "$B/test_golden_parity" > "$OUT/branches/main_golden.log" 2>&1
+        echo "main golden parity on CUDA rc $?: $(tail -1 "$OUT/branches/main_golden.log")" >> "$OUT/branches/main_summary"
+    fi
+) &
 wait
+[ -f "$OUT/branches/main_summary" ] && { echo "== current tree"; cat "$OUT/branches/main_summary"; }
 for dir in "$C"/branches/*/; do
     [ -d "$dir" ] || continue
     name=$(basename "$dir")

@@ -4,12 +4,15 @@
 # 1.5B and GPT-2 bench shapes, summarized by tools/trace_summary.py (each steady
 # iteration's busy and idle time, the largest gaps, the kernels grouped by name), with
 # nvidia-smi's clocks and power sampled alongside. Logs under $OUT/trace.
+#   [TRACE_BIN=megatron-c binary] [TRACE_TAG=name] [TRACE_SHAPES="llama gpt2"] \
 #   bash scripts/gpu/trace.sh [extra megatron-c flags...]
 set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}/trace
 mkdir -p "$OUT"
 ITERS=${TRACE_ITERS:-6}
+BIN=${TRACE_BIN:-$B/megatron-c}
+TAG=${TRACE_TAG:+_$TRACE_TAG}
 COMMON=(--train-iters "$ITERS" --log-interval 1 --eval-iters 0 --lr 3e-4 --attention-dropout 0 --hidden-dropout 0
         --mock-data --tokenizer-type NullTokenizer --device cuda --bf16)
 LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention --num-query-groups 8
@@ -19,11 +22,11 @@ LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query
 GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
       --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
 trace() { # name, flags...
-    local name=$1; shift
+    local name=$1$TAG; shift
     nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 100 > "$OUT/smi_$name.csv" &
     local smi=$!
     LD_LIBRARY_PATH="$C/lib/trace:$LD_LIBRARY_PATH" CUDA_INJECTION64_PATH="$C/lib/trace/libmc_kernel_trace.so" \
-        MC_TRACE_OUT="$OUT/trace_$name.csv" timeout 200 "$B/megatron-c" train "${COMMON[@]}" "$@" \
+        MC_TRACE_OUT="$OUT/trace_$name.csv" timeout 200 "$BIN" train "${COMMON[@]}" "$@" \
         --log-dir "$OUT/run_$name" > "$OUT/run_$name.log" 2>&1
     local rc=$?
     kill $smi 2>/dev/null
@@ -40,5 +43,9 @@ PY
     python3 tools/trace_summary.py "$OUT/trace_$name.csv" 2 40 | tee "$OUT/summary_$name.txt"
     gzip -f "$OUT/trace_$name.csv"
 }
-trace llama "${LLAMA[@]}" "$@"
-trace gpt2 "${GPT2[@]}" "$@"
+for shape in ${TRACE_SHAPES:-llama gpt2}; do
+    case $shape in
+    llama) trace llama "${LLAMA[@]}" "$@" ;;
+    gpt2) trace gpt2 "${GPT2[@]}" "$@" ;;
+    esac
+done
