@@ -27,11 +27,12 @@
 enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
 
 /* One output element, (x - mean) rstd w (+ b): the forward and the backward's rewrite of y
- * share it, so both round alike. */
+ * share it, so both round alike. Every product and sum is rounded on its own (the _rn
+ * intrinsics are never contracted into an FMA), because whether the compiler fuses
+ * "* w + b" depends on the code around the call. */
 __device__ __forceinline__ float norm_out(float v, float mean, float rstd, float w, bool has_b, float b) {
-    float o = (v - mean) * rstd * w;
-    if (has_b) o += b;
-    return o;
+    const float o = __fmul_rn(__fmul_rn(__fsub_rn(v, mean), rstd), w);
+    return has_b ? __fadd_rn(o, b) : o;
 }
 
 /* ---- forward ---- */
