@@ -710,7 +710,9 @@ static void test_norms(void) {
         norm_case(45, 97, false, false, dt);
         norm_case(300, 768, true, true, dt);    /* warp per row, lanes with 3 of 4 groups (GPT-2's width) */
         norm_case(130, 1024, false, false, dt); /* warp per row, 4 groups per lane */
-        norm_case(40, 2048, true, true, dt);    /* block per row, 16-byte vectors */
+        norm_case(40, 2048, true, true, dt);    /* register rows, one row per block */
+        norm_case(3000, 2048, false, false, dt); /* register rows, several a block (Llama's rmsnorm) */
+        norm_case(2500, 1032, true, true, dt);   /* register rows, threads past the row's groups */
         norm_case(16, 8192, true, true, dt);   /* partials in shared memory, big rows */
         norm_case(5, 30000, false, false, dt); /* partials in global memory (8 h > shared limit) */
     }

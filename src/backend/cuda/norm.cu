@@ -10,7 +10,9 @@
  * Forward: one warp per row, the row read three times (sum, centred sum of squares, write;
  * the re-reads hit L1/L2), so the variance is two-pass as on the CPU.
  * Backward, rows of at most 1024 in 16-byte groups: one warp per row (see
- * norm_bwd_warp_kernel). Other rows: a fixed grid of blocks, each owning a fixed set of
+ * norm_bwd_warp_kernel); rows of up to 4096 in 16-byte groups: one thread per group, the
+ * block's rows streamed through registers (norm_bwd_row_kernel). Other rows: a fixed grid
+ * of blocks, each owning a fixed set of
  * rows (row = block, block + grid, ...); a block processes one row at a time with all its
  * threads (a block-wide sum of g and g xhat), and each thread owns fixed columns, so it
  * accumulates its columns' dw/db over the block's rows without any race (in shared memory
@@ -25,11 +27,12 @@
 enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
 
 /* One output element, (x - mean) rstd w (+ b): the forward and the backward's rewrite of y
- * share it, so both round alike. */
+ * share it, so both round alike. Every product and sum is rounded on its own (the _rn
+ * intrinsics are never contracted into an FMA), because whether the compiler fuses
+ * "* w + b" depends on the code around the call. */
 __device__ __forceinline__ float norm_out(float v, float mean, float rstd, float w, bool has_b, float b) {
-    float o = (v - mean) * rstd * w;
-    if (has_b) o += b;
-    return o;
+    const float o = __fmul_rn(__fmul_rn(__fsub_rn(v, mean), rstd), w);
+    return has_b ? __fadd_rn(o, b) : o;
 }
 
 /* ---- forward ---- */
@@ -262,6 +265,122 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS)
     }
 }
 
+/* 16 bytes of a row as loaded, converted to F32 only where used, so that a row's loads can
+ * be in flight while the previous row is reduced. */
+template <typename T>
+struct norm_raw8 { /* BF16 */
+    uint4 u;
+    __device__ __forceinline__ void load(const T *p) { u = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ void get(float v[8]) const {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[2 * i] = mc_bf16lo(w[i]), v[2 * i + 1] = mc_bf16hi(w[i]);
+    }
+};
+template <>
+struct norm_raw8<__half> {
+    uint4 u;
+    __device__ __forceinline__ void load(const __half *p) { u = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ void get(float v[8]) const {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[2 * i] = mc_f16lo(w[i]), v[2 * i + 1] = mc_f16hi(w[i]);
+    }
+};
+template <>
+struct norm_raw8<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p) {
+        a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    }
+    __device__ __forceinline__ void get(float v[8]) const {
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+};
+
+/* Backward for rows of up to 512 16-byte groups (Llama's 2048 in bf16: 256 threads): one
+ * thread per group, a block per row at a time over rows block, block + grid, ... The block
+ * kernel above reloads a row after its block-wide sums and reads dx only then, two trips
+ * to memory per row behind a barrier; here the row's x, dy and dx stay in registers, and
+ * the next row's are loaded before this row's sums, so the loads overlap the barrier. w
+ * (and b) are loaded once; each thread keeps its columns' dw/db sums in registers and
+ * writes them once as the block's partial row. The arithmetic is the block kernel's, term
+ * for term. */
+template <typename T, bool LN>
+__global__ void __launch_bounds__(512)
+    norm_bwd_row_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w, const T *b,
+                        const float *mean, const float *rstd, int64_t n, int64_t h, bool want_w, bool want_b) {
+    __shared__ float red_a[32], red_b[32];
+    const int64_t groups = h / 8, g = threadIdx.x, off = g * 8;
+    const bool on = g < groups;
+    float wv[8], bv[8], aw[8], ab[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) wv[j] = bv[j] = aw[j] = ab[j] = 0.0f;
+    if (on) {
+        mc_load8(w + off, wv);
+        if (LN && b && y) mc_load8(b + off, bv);
+    }
+    norm_raw8<T> rx{}, rdy{}, rdx{};
+    int64_t row = blockIdx.x;
+    float m = 0.0f, r = 0.0f;
+    if (row < n) {
+        m = LN ? mean[row] : 0.0f, r = rstd[row];
+        if (on) {
+            rx.load(x + row * h + off), rdy.load(dy + row * h + off);
+            if (dx) rdx.load(dx + row * h + off);
+        }
+    }
+    for (; row < n; row += gridDim.x) {
+        const int64_t next = row + gridDim.x;
+        norm_raw8<T> nx = rx, ndy = rdy, ndx = rdx;
+        float nm = 0.0f, nr = 0.0f;
+        if (next < n) {
+            nm = LN ? mean[next] : 0.0f, nr = rstd[next];
+            if (on) {
+                nx.load(x + next * h + off), ndy.load(dy + next * h + off);
+                if (dx) ndx.load(dx + next * h + off);
+            }
+        }
+        float xv[8], dv[8], sum_g = 0.0f, sum_gx = 0.0f;
+        rx.get(xv);
+        rdy.get(dv);
+        if (on) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xhat = (xv[j] - m) * r, gg = dv[j] * wv[j];
+                sum_g += gg;
+                sum_gx += gg * xhat;
+                aw[j] += dv[j] * xhat;
+                ab[j] += dv[j];
+            }
+        }
+        mc_block_sum2(sum_g, sum_gx, red_a, red_b);
+        if (on && dx) {
+            const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
+            const float mean_gx = (float)((double)sum_gx / (double)h);
+            float o[8];
+            rdx.get(o);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xhat = (xv[j] - m) * r;
+                o[j] += r * (dv[j] * wv[j] - mean_g - xhat * mean_gx);
+            }
+            mc_store8(dx + row * h + off, o);
+        }
+        if (on && y) {
+            float o[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[j] = norm_out(xv[j], m, r, wv[j], LN && b, bv[j]);
+            mc_store8(y + row * h + off, o);
+        }
+        rx = nx, rdy = ndy, rdx = ndx, m = nm, r = nr;
+    }
+    if (on) {
+        if (want_w) mc_store8(part_w + (int64_t)blockIdx.x * h + off, aw);
+        if (want_b) mc_store8(part_b + (int64_t)blockIdx.x * h + off, ab);
+    }
+}
+
 /* out[c] += sum over p of part[p, c], for dw (and db): block (32 columns x 32 lanes); lane
  * ty sums parts ty, ty + 32, ... in double, then the 32 lane sums are added in lane order.
  * Fixed order: deterministic. Many blocks, so the partial rows stream at full bandwidth. */
@@ -337,6 +456,35 @@ static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, T *y, floa
     }
 }
 
+/* The register-row kernel: blocks of the row's groups (rounded up to whole warps), a fixed
+ * grid (the occupancy the registers allow), then the partial rows added as below. */
+template <typename T, bool LN>
+static void launch_bwd_row(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
+                           const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
+                           int64_t h) {
+    const int threads = (int)((h / 8 + 31) / 32 * 32);
+    static int cached_threads[64], cached_per_sm[64]; /* per device: the occupancy for the last block size */
+    const bool cache = st->device >= 0 && st->device < 64;
+    int per_sm = cache && cached_threads[st->device] == threads ? cached_per_sm[st->device] : 0;
+    if (per_sm == 0) {
+        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_row_kernel<T, LN>, threads, 0),
+                      op);
+        if (per_sm < 1) per_sm = 1;
+        if (cache) cached_threads[st->device] = threads, cached_per_sm[st->device] = per_sm;
+    }
+    int64_t grid = (int64_t)st->sm_count * per_sm;
+    if (grid > n) grid = n;
+    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)grid * (size_t)h * sizeof(float), op);
+    float *pw = part, *pb = part + grid * h;
+    norm_bwd_row_kernel<T, LN><<<(unsigned)grid, threads, 0, st->stream>>>(dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h,
+                                                                          dw != NULL, db != NULL);
+    MC_CUDA_LAUNCHED(st, op);
+    if (dw || db) {
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, grid, h);
+        MC_CUDA_LAUNCHED(st, op);
+    }
+}
+
 template <typename T, bool LN>
 static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy, const T *x,
                        const T *w, const T *b, const float *mean, const float *rstd, int64_t n, int64_t h) {
@@ -351,6 +499,10 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
         if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else launch_bwd_warp<T, LN, 4>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        return;
+    }
+    if (vec16 && h <= 8 * 512) {
+        launch_bwd_row<T, LN>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         return;
     }
     size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
