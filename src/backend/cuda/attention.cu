@@ -14,7 +14,9 @@
  *     F16, used by --fp16 only, is slow there but exact enough).
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
  * wrong result between the paths); MC_ATTN_WGMMA=0 turns the wgmma kernels off (the
- * mma.sync ones run instead: for A/B timing and bisection).
+ * mma.sync ones run instead: for A/B timing and bisection). The wgmma backward's key-side
+ * kernel is the pipelined one (attention_wgmma_bwd_pipe.cu) unless MC_ATTN_BWD_PIPE=0
+ * (the serial one of attention_wgmma_bwd.cu: kept for the A/B on an H200).
  *
  * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
@@ -205,6 +207,10 @@ static bool attn_use_wgmma(const attn_geom &g) { /* (the environment read at eve
     return !attn_env_off("MC_ATTN_WGMMA") && g.d == 64 && g.dropout == 0.0f && !g.seg && attn_device_is_sm90();
 }
 
+/* The pipelined wgmma backward unless MC_ATTN_BWD_PIPE=0 (read at every call, as
+ * MC_ATTN_WGMMA: one getenv a backward, and the tests run both kernels in one process). */
+static bool attn_use_bwd_pipe(void) { return !attn_env_off("MC_ATTN_BWD_PIPE"); }
+
 extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                                       const mc_attn_desc *d) {
     const char *op = "attention_fwd";
@@ -276,7 +282,9 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
     attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
-    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g) && attn_use_bwd_pipe())
+        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
+    else if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
         attn_wg_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else if (attn_use_mma(g, dt, x, dx, dO, NULL))
         attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);

@@ -111,6 +111,12 @@ __device__ __forceinline__ void attn_cp_async16(void *smem, const void *gmem, bo
     const int n = pred ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
+/* 4-byte global -> shared copy (one F32), zero-filled without reading when pred is false. */
+__device__ __forceinline__ void attn_cp_async4(void *smem, const void *gmem, bool pred) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = pred ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
 __device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* rows [row0, row0 + ROWS) of a [S, *] operand (row r at base + r stride) into a padded
  * shared tile, 16 bytes per cp.async; rows at or past S are zero-filled. */
@@ -230,6 +236,10 @@ void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dq
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                  const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+/* The same backward with the pipelined key-side kernel (attention_wgmma_bwd_pipe.cu);
+ * attention.cu picks one of the two by MC_ATTN_BWD_PIPE. */
+void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                 const __nv_bfloat16 *qkv, const float *lse, const float *D);
 

@@ -3,7 +3,8 @@
  * summed in F32 by the copy engine's bulk adds, whose order varies from run to run; with
  * --deterministic-mode (dq_acc NULL) this kernel forms dK and dV only and dQ has its own
  * pass (attention_wgmma_dq.cu). The other cases keep the mma.sync kernels of
- * attention_bf16_bwd.cu.
+ * attention_bf16_bwd.cu. This is the serial kernel, run with MC_ATTN_BWD_PIPE=0;
+ * attention_wgmma_bwd_pipe.cu has the software-pipelined one attention.cu runs by default.
  *
  * Block = (64 NWG keys, kv group, batch); warpgroup w owns keys 64 w .. 64 w + 63, its dK
  * and dV in registers for the whole kernel. The block walks the group's heads in order and,

@@ -77,6 +77,12 @@ __device__ __forceinline__ void wg_fence_acc(float (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
+/* The same for packed A operands in registers (their writes stay before the wg_arrive). */
+template <int R>
+__device__ __forceinline__ void wg_fence_acc(uint32_t (&a)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
 /* Barrier over the 128 threads of warpgroup `wg` (named barrier 1 + wg; 0 is __syncthreads). */
 __device__ __forceinline__ void wg_bar(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); }
 
