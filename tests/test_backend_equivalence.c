@@ -359,7 +359,7 @@ static void test_linear(void) {
             mc_tensor cdx = mk2(cpu, F32, NULL, N, in), cdw = mk2(cpu, F32, dw0, out, in), cdb = mk1(cpu, F32, db0, out);
             mc_tensor none = mc_tensor_none();
             cpu->linear_fwd(cpu, &cy, &cx, &cw, bias ? &cb : &none);
-            cpu->linear_bwd(cpu, &cdx, &cdw, bias ? &cdb : &none, &cdy, &cx, &cw);
+            cpu->linear_bwd(cpu, &cdx, &cdw, bias ? &cdb : &none, &cdy, &cx, &cw, true);
 
             mc_tensor gx = mk2(gpu, dt, x, N, in), gy = mk2(gpu, dt, NULL, N, out), gdy = mk2(gpu, dt, dy, N, out);
             mc_tensor gw, gb;
@@ -376,7 +376,7 @@ static void test_linear(void) {
             }
             mc_tensor gdx = mk2(gpu, dt, NULL, N, in), gdw = mk2(gpu, F32, dw0, out, in), gdb = mk1(gpu, F32, db0, out);
             gpu->linear_fwd(gpu, &gy, &gx, &gw, bias ? &gb : &none);
-            gpu->linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw);
+            gpu->linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw, true);
             const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias, unaligned w/b";
             char what[96];
             snprintf(what, sizeof what, "linear_fwd y (%s)", vn);
@@ -401,14 +401,14 @@ static void test_linear(void) {
         mc_tensor cy = mk2(cpu, F32, NULL, n2, o2), cdy = mk2(cpu, F32, dy, n2, o2);
         mc_tensor cdw = mk2(cpu, F32, NULL, o2, i2), cdb = mk1(cpu, F32, NULL, o2), none = mc_tensor_none();
         cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
-        cpu->linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw);
+        cpu->linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw, true);
         for (int k = 0; k < NDTYPES; k++) {
             mc_dtype t = k_dtypes[k];
             mc_tensor gx = mk2(gpu, t, x, n2, i2), gw = mk2(gpu, t, w, o2, i2), gb = mk1(gpu, t, b, o2);
             mc_tensor gy = mk2(gpu, t, NULL, n2, o2), gdy = mk2(gpu, t, dy, n2, o2);
             mc_tensor gdw = mk2(gpu, F32, NULL, o2, i2), gdb = mk1(gpu, F32, NULL, o2);
             gpu->linear_fwd(gpu, &gy, &gx, &gw, &gb);
-            gpu->linear_bwd(gpu, &none, &gdw, &gdb, &gdy, &gx, &gw);
+            gpu->linear_bwd(gpu, &none, &gdw, &gdb, &gdy, &gx, &gw, true);
             cmp("linear_fwd y (1024x256 -> 384, bias)", t, dl(gpu, &gy), cy.data, n2 * o2);
             cmp("linear_bwd dw (1024 rows)", t, dl(gpu, &gdw), cdw.data, o2 * i2);
             cmp("linear_bwd db (1024 rows)", t, dl(gpu, &gdb), cdb.data, o2);
@@ -472,11 +472,11 @@ static void test_linear_autotuned(void) {
         mc_tensor cx = mk2(cpu, F32, x, N, in), cw = mk2(cpu, F32, w, out, in), cb = mk1(cpu, F32, b, out);
         mc_tensor cy = mk2(cpu, F32, NULL, N, out), cdy = mk2(cpu, F32, dy, N, out), cdx = mk2(cpu, F32, NULL, N, in);
         cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
-        cpu->linear_bwd(cpu, &cdx, &none, &none, &cdy, &cx, &cw);
+        cpu->linear_bwd(cpu, &cdx, &none, &none, &cdy, &cx, &cw, true);
         mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gb = mk1(gpu, dt, b, out);
         mc_tensor gy = mk2(gpu, dt, NULL, N, out), gdy = mk2(gpu, dt, dy, N, out), gdx = mk2(gpu, dt, NULL, N, in);
         gpu->linear_fwd(gpu, &gy, &gx, &gw, &gb);
-        gpu->linear_bwd(gpu, &gdx, &none, &none, &gdy, &gx, &gw);
+        gpu->linear_bwd(gpu, &gdx, &none, &none, &gdy, &gx, &gw, true);
         cmp("linear_fwd y (autotuned GEMM)", dt, dl(gpu, &gy), cy.data, N * out);
         cmp("linear_bwd dx (autotuned GEMM)", dt, dl(gpu, &gdx), cdx.data, N * in);
         release_all();
@@ -562,14 +562,31 @@ static void test_linear_bias_grad(void) {
         mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gdy = mk2(gpu, dt, dy, N, out);
         mc_tensor dw1 = mk2(gpu, F32, NULL, out, in), dw2 = mk2(gpu, F32, NULL, out, in);
         mc_tensor db1 = mk1(gpu, F32, db0, out), db2 = mk1(gpu, F32, db0, out), db3 = mk1(gpu, F32, db0, out);
-        gpu->linear_bwd(gpu, &none, &dw1, &db1, &gdy, &gx, &gw);
-        gpu->linear_bwd(gpu, &none, &dw2, &db2, &gdy, &gx, &gw);
-        gpu->linear_bwd(gpu, &none, &none, &db3, &gdy, &gx, &gw); /* the column-sum kernel */
+        gpu->linear_bwd(gpu, &none, &dw1, &db1, &gdy, &gx, &gw, true);
+        gpu->linear_bwd(gpu, &none, &dw2, &db2, &gdy, &gx, &gw, true);
+        gpu->linear_bwd(gpu, &none, &none, &db3, &gdy, &gx, &gw, true); /* the column-sum kernel */
         same_bits("linear_bwd dw with db, run to run", dl_raw(gpu, dw1.data, (size_t)(out * in) * 4),
                   dl_raw(gpu, dw2.data, (size_t)(out * in) * 4), (size_t)(out * in) * 4);
         same_bits("linear_bwd db from the dw GEMM, run to run", dl_raw(gpu, db1.data, (size_t)out * 4),
                   dl_raw(gpu, db2.data, (size_t)out * 4), (size_t)out * 4);
         cmp("linear_bwd db with dw vs db alone", dt, dl(gpu, &db1), dl(gpu, &db3), out);
+        /* without accumulate: dw and db written, their old contents (NaN) never read; the
+         * references accumulate into zeros */
+        float *nan_w = halloc(sizeof(float) * (size_t)(out * in)), *nan_b = halloc(sizeof(float) * (size_t)out);
+        for (int64_t i = 0; i < out * in; i++) nan_w[i] = NAN;
+        for (int64_t i = 0; i < out; i++) nan_b[i] = NAN;
+        mc_tensor rw = mk2(gpu, F32, NULL, out, in), rb = mk1(gpu, F32, NULL, out), rb2 = mk1(gpu, F32, NULL, out);
+        mc_tensor ow = mk2(gpu, F32, nan_w, out, in), ob = mk1(gpu, F32, nan_b, out);
+        mc_tensor ow2 = mk2(gpu, F32, nan_w, out, in), ob2 = mk1(gpu, F32, nan_b, out);
+        gpu->linear_bwd(gpu, &none, &rw, &rb, &gdy, &gx, &gw, true);
+        gpu->linear_bwd(gpu, &none, &none, &rb2, &gdy, &gx, &gw, true);
+        gpu->linear_bwd(gpu, &none, &ow, &ob, &gdy, &gx, &gw, false);  /* with db: BGRADB into db */
+        gpu->linear_bwd(gpu, &none, &ow2, &none, &gdy, &gx, &gw, false); /* dw alone */
+        gpu->linear_bwd(gpu, &none, &none, &ob2, &gdy, &gx, &gw, false); /* db alone: column sums */
+        cmp("linear_bwd dw written (with db)", dt, dl(gpu, &ow), dl(gpu, &rw), out * in);
+        cmp("linear_bwd db written (with dw)", dt, dl(gpu, &ob), dl(gpu, &rb), out);
+        cmp("linear_bwd dw written (alone)", dt, dl(gpu, &ow2), dl(gpu, &rw), out * in);
+        cmp("linear_bwd db written (alone)", dt, dl(gpu, &ob2), dl(gpu, &rb2), out);
     }
     release_all();
 }
@@ -1325,9 +1342,9 @@ static void bench_all(void) {
         double fl = 2.0 * (double)N * (double)h * (double)ffn;
         BENCH("linear_fwd bf16 8192x4096 -> 14336", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &none));
         BENCH("linear_fwd bf16 8192x4096 -> 14336 + bias", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &bb));
-        BENCH("linear_bwd dx bf16", 0, fl, gpu->linear_bwd(gpu, &dxx, &none, &none, &yy, &xx, &ww));
-        BENCH("linear_bwd dW += into F32", 0, fl, gpu->linear_bwd(gpu, &none, &dww, &none, &yy, &xx, &ww));
-        BENCH("linear_bwd db += (colsum [8192, 14336])", N * ffn * e, 0, gpu->linear_bwd(gpu, &none, &none, &dbb, &yy, &xx, &ww));
+        BENCH("linear_bwd dx bf16", 0, fl, gpu->linear_bwd(gpu, &dxx, &none, &none, &yy, &xx, &ww, true));
+        BENCH("linear_bwd dW += into F32", 0, fl, gpu->linear_bwd(gpu, &none, &dww, &none, &yy, &xx, &ww, true));
+        BENCH("linear_bwd db += (colsum [8192, 14336])", N * ffn * e, 0, gpu->linear_bwd(gpu, &none, &none, &dbb, &yy, &xx, &ww, true));
         release_all();
         mc_tensor fx = mk2(gpu, F32, NULL, 4096, 4096), fw = mk2(gpu, F32, NULL, 4096, 4096), fy = mk2(gpu, F32, NULL, 4096, 4096);
         BENCH("linear_fwd f32 4096^3 (no TF32)", 0, 2.0 * 4096.0 * 4096.0 * 4096.0, gpu->linear_fwd(gpu, &fy, &fx, &fw, &none));
@@ -1346,14 +1363,14 @@ static void bench_all(void) {
               (gpu->linear_fwd(gpu, &pre, &xx, &w1, &b1), gpu->gelu_fwd(gpu, &act, &pre, true)));
         BENCH("gpt2 fc1 + gelu: linear_gelu_fwd", 0, fl, gpu->linear_gelu_fwd(gpu, &act, &pre, &xx, &w1, &b1));
         BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db (colsum)", 0, fl,
-              (gpu->linear_bwd(gpu, &dact, &none, &none, &dy, &act, &w2), gpu->gelu_bwd(gpu, &dpre, &dact, &pre, true),
-               gpu->linear_bwd(gpu, &none, &none, &db1, &dpre, &xx, &w1)));
+              (gpu->linear_bwd(gpu, &dact, &none, &none, &dy, &act, &w2, true), gpu->gelu_bwd(gpu, &dpre, &dact, &pre, true),
+               gpu->linear_bwd(gpu, &none, &none, &db1, &dpre, &xx, &w1, true)));
         BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db: linear_dgelu_bwd", 0, fl,
               gpu->linear_dgelu_bwd(gpu, &dpre, &db1, &dy, &w2, &pre));
         BENCH("gpt2 fc2 dW, then db (colsum)", 0, fl,
-              (gpu->linear_bwd(gpu, &none, &dw2, &none, &dy, &act, &w2),
-               gpu->linear_bwd(gpu, &none, &none, &db2, &dy, &act, &w2)));
-        BENCH("gpt2 fc2 dW with db (one GEMM where it can)", 0, fl, gpu->linear_bwd(gpu, &none, &dw2, &db2, &dy, &act, &w2));
+              (gpu->linear_bwd(gpu, &none, &dw2, &none, &dy, &act, &w2, true),
+               gpu->linear_bwd(gpu, &none, &none, &db2, &dy, &act, &w2, true)));
+        BENCH("gpt2 fc2 dW with db (one GEMM where it can)", 0, fl, gpu->linear_bwd(gpu, &none, &dw2, &db2, &dy, &act, &w2, true));
         release_all();
     }
 }

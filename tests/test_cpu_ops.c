@@ -285,7 +285,7 @@ static void linear_run_bwd(mc_dtype dt, int64_t n, int64_t in, int64_t out, void
     mc_tensor DX = t2(dx, dt, n, in), DW = t2(dw, dt, out, in), DY = t2(dy, dt, n, out), X = t2(x, dt, n, in),
               W = t2(w, dt, out, in);
     mc_tensor DB = db ? t1(db, dt, out) : mc_tensor_none();
-    be->linear_bwd(be, &DX, &DW, &DB, &DY, &X, &W);
+    be->linear_bwd(be, &DX, &DW, &DB, &DY, &X, &W, true);
 }
 
 static double linear_loss(void *ctx) {
@@ -322,6 +322,15 @@ static void test_linear(void) {
         check_f32("linear_bwd dx", dxf, dx, n * in);
         check_f32d("linear_bwd dw", delta32(dwf, f32_of(dw0, out * in), out * in), delta(dw, dw0, out * in), out * in);
         if (bias) check_f32d("linear_bwd db", delta32(dbf, f32_of(db0, out), out), delta(db, db0, out), out);
+        /* without accumulate, dw and db are written: old contents (NaN here) never read */
+        double *dwo = rnd(out * in, 1), *dbo = rnd(out, 1);
+        for (int64_t i = 0; i < out * in; i++) dwo[i] = NAN;
+        for (int64_t i = 0; i < out; i++) dbo[i] = NAN;
+        mc_tensor DW = t2(dwo, F64, out, in), DB = bias ? t1(dbo, F64, out) : mc_tensor_none(), none = mc_tensor_none();
+        mc_tensor DY = t2(c.r, F64, n, out), X = t2(c.x, F64, n, in), W = t2(c.w, F64, out, in);
+        be->linear_bwd(be, &none, &DW, &DB, &DY, &X, &W, false);
+        check_close("linear_bwd dw written", dwo, delta(dw, dw0, out * in), out * in, 1e-12);
+        if (bias) check_close("linear_bwd db written", dbo, delta(db, db0, out), out, 1e-12);
         tfree_all();
     }
 }
@@ -369,9 +378,9 @@ static void mlp_same_bits(mc_dtype dt, const mlp_case *c) {
     mc_tensor dact = t2(real_buf(dt, n * f), dt, n, f), none = mc_tensor_none();
     mc_tensor db1 = bias ? t1(as_real(dt, db0, f), dt, f) : none, db2 = bias ? t1(as_real(dt, db0, f), dt, f) : none;
     be->linear_dgelu_bwd(be, &dpre1, &db1, &DY, &W2, &pre1);
-    be->linear_bwd(be, &dact, &none, &none, &DY, &act1, &W2);
+    be->linear_bwd(be, &dact, &none, &none, &DY, &act1, &W2, true);
     be->gelu_bwd(be, &dpre2, &dact, &pre1, true);
-    be->linear_bwd(be, &none, &none, &db2, &dpre2, &X, &W1);
+    be->linear_bwd(be, &none, &none, &db2, &dpre2, &X, &W1, true);
     CHECK(memcmp(dpre1.data, dpre2.data, (size_t)(n * f) * es) == 0,
           "%s: linear_dgelu_bwd dpre differs from linear_bwd + gelu_bwd", mc_dtype_name(dt));
     if (bias)

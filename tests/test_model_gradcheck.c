@@ -3,6 +3,7 @@
  * tensor is probed (a sample of its elements); the check passes when each probe matches
  * within 1e-4 relative and the whole set within 1e-4 relative L2. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/philox.h"
@@ -80,10 +81,35 @@ static void gradcheck(mc_config *cfg, bool segments) {
     double ntok;
     double loss;
     /* grad_scale 1: gradients of the masked loss sum. Dropout draws come from stream 5,
-     * identical in every evaluation, so the function is deterministic. */
+     * identical in every evaluation, so the function is deterministic. The gradient buffer
+     * is poisoned before the reset: the linear layers' gradients are then left as they are
+     * (NaN) for the backward to overwrite, so a gradient it failed to write shows below. */
+    double *g = m.grad_buf;
+    for (int64_t i = 0; i < m.numel; i++) g[i] = NAN;
+    mc_model_zero_grads(&m);
     mc_model_forward_backward(&m, &b.mb, true, 1.0, 5, true, &loss, &ntok);
     CHECK(ntok > 0 && isfinite(loss));
-    double *g = m.grad_buf;
+    { /* one and two backward passes after the reset give what they give from a zeroed
+       * buffer, every pass accumulating, element for element */
+        size_t bytes = sizeof(double) * (size_t)m.numel;
+        double *one = malloc(bytes), *two = malloc(bytes), l2, n2;
+        memcpy(one, g, bytes);
+        mc_model_forward_backward(&m, &b.mb, true, 1.0, 5, true, &l2, &n2);
+        memcpy(two, g, bytes);
+        memset(g, 0, bytes);
+        m.grads_reset = false;
+        for (int pass = 0; pass < 2; pass++) {
+            mc_model_forward_backward(&m, &b.mb, true, 1.0, 5, true, &l2, &n2);
+            const double *got = pass ? two : one;
+            int64_t off = 0;
+            for (int64_t i = 0; i < m.numel; i++) off += !(got[i] == g[i]);
+            CHECK(off == 0, "backward %d after the reset: %lld gradient elements differ from accumulating into zeros",
+                  pass + 1, (long long)off);
+        }
+        memcpy(g, one, bytes);
+        free(one);
+        free(two);
+    }
     double num = 0, den = 0;
     int probes = 0, bad = 0;
     for (int pi = 0; pi < m.nparams; pi++) {

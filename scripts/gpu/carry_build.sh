@@ -19,6 +19,13 @@ done
 # Non-system libraries the binaries need (not glibc, not CUDA's).
 ldd .carry/gpu/bin/megatron-c | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libcuda\.so|libcudart|libcublas|libstdc\+\+|libgcc_s' |
     while read -r lib; do cp -L "$lib" .carry/gpu/lib/; done
+# The CUPTI kernel tracer (tools/kernel_trace.c) and the CUPTI it was built against, apart
+# in lib/trace/ so that only a traced run loads them (scripts/gpu/trace.sh).
+if [ -e $BUILD/libmc_kernel_trace.so ]; then
+    mkdir -p .carry/gpu/lib/trace
+    cp $BUILD/libmc_kernel_trace.so .carry/gpu/lib/trace/
+    cp -L "$(ldd $BUILD/libmc_kernel_trace.so | awk '/libcupti/ {print $3}')" .carry/gpu/lib/trace/
+fi
 cp -r ../shared/bench .carry/gpu/shared/
 mkdir -p .carry/gpu/shared/data/corpus .carry/gpu/shared/data/gpt2 .carry/gpu/shared/data/llama3
 cp ../shared/data/corpus/austen.jsonl .carry/gpu/shared/data/corpus/

@@ -1,6 +1,7 @@
 /* model.c: creation (shard sizes, buffers, activation plan) of the decoder. The forward
  * and backward passes are in model_forward.c. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model_internal.h"
@@ -180,6 +181,30 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->host_f32 = mc_xmalloc(sizeof(float) * ntok);
     m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
     return MC_OK;
+}
+
+static int by_offset(const void *a, const void *b) {
+    int64_t x = (*(const mc_param *const *)a)->offset, y = (*(const mc_param *const *)b)->offset;
+    return (x > y) - (x < y);
+}
+
+/* Zeroes everything but the grad_overwritten ranges (so padding stays zero too), one
+ * backend call per gap between them. */
+void mc_model_zero_grads(mc_model *m) {
+    const mc_param **over = mc_xmalloc(sizeof(mc_param *) * (size_t)(m->nparams + 1));
+    int n = 0;
+    for (int i = 0; i < m->nparams; i++)
+        if (m->params[i].grad_overwritten) over[n++] = &m->params[i];
+    qsort(over, (size_t)n, sizeof *over, by_offset);
+    size_t esz = mc_dtype_size(m->grad_dtype);
+    int64_t at = 0;
+    for (int i = 0; i <= n; i++) {
+        int64_t end = i < n ? over[i]->offset : m->numel;
+        if (end > at) m->be->zero(m->be, (char *)m->grad_buf + (size_t)at * esz, (size_t)(end - at) * esz);
+        if (i < n && over[i]->offset + over[i]->numel > at) at = over[i]->offset + over[i]->numel;
+    }
+    free(over);
+    m->grads_reset = true;
 }
 
 void mc_model_free(mc_model *m) {

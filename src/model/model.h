@@ -54,6 +54,12 @@ typedef struct mc_param {
     mc_grad_sync sync;
     mc_init_kind init;
     float init_std;
+    /* Every backward pass writes this gradient exactly once per micro-batch through
+     * linear_bwd (the linear layers' weights and biases; an untied output layer per head
+     * chunk), so after mc_model_zero_grads the first micro-batch overwrites it and it needs
+     * no zeroing pass. A parameter some micro-batch may leave untouched (say, an expert
+     * that got no tokens) must not have it. */
+    bool grad_overwritten;
 } mc_param;
 
 /* A contiguous range of the flat buffers that data-parallel ranks reduce (or shard)
@@ -144,6 +150,9 @@ typedef struct mc_model {
 
     void *param_buf;      /* [numel] param_dtype */
     void *grad_buf;       /* [numel] grad_dtype */
+    /* Set by mc_model_zero_grads: the next backward overwrites the grad_overwritten
+     * gradients (whose contents are stale until then) instead of accumulating. */
+    bool grads_reset;
 
     /* RoPE tables [max_pos, rot_dim/2] in act dtype precision (F32/F64). */
     mc_tensor rope_cos, rope_sin;
@@ -197,10 +206,16 @@ void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row,
 void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_rank, int64_t row, int64_t col,
                                  int64_t *grow, int64_t *gcol);
 
+/* Resets the gradients for the next optimizer step: zeroes those that backward
+ * accumulates into and marks the rest (mc_param.grad_overwritten) for the next backward
+ * to overwrite, which saves a pass over most of the gradient buffer. */
+void mc_model_zero_grads(mc_model *m);
+
 /* Forward (and, when `backward`, backward) of one micro-batch. Returns on the host the sum
  * of masked token losses and the number of masked tokens. Gradients accumulate into the
- * gradient buffer scaled by grad_scale (d loss_sum); `rng_stream` names this micro-batch's
- * dropout draws (unique per micro-batch and iteration). */
+ * gradient buffer scaled by grad_scale (d loss_sum), the first backward after
+ * mc_model_zero_grads writing the grad_overwritten ones; `rng_stream` names this
+ * micro-batch's dropout draws (unique per micro-batch and iteration). */
 void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
                                uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens);
 

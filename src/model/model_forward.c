@@ -60,6 +60,7 @@ typedef struct {
     int64_t S, B, N; /* N = S*B tokens of the micro-batch */
     int64_t Nl, r0;  /* this rank's residual-stream tokens: rows [r0, r0 + Nl) (all of N without SP) */
     bool train;
+    bool acc;        /* weight gradients accumulate (false: the first backward after a reset writes them) */
     uint64_t stream;
     const mc_microbatch *mb;
 } pass_ctx;
@@ -208,6 +209,10 @@ static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
     return act;
 }
 
+/* Whether the backward adds into parameter idx's gradient (linear_bwd's `accumulate`):
+ * always, except for a grad_overwritten one in the first backward after a reset. */
+static bool grad_acc(const pass_ctx *p, int idx) { return p->acc || !p->m->params[idx].grad_overwritten; }
+
 /* Backward through a norm and the column-parallel linear it feeds (norm1 -> QKV, norm2 ->
  * fc1), from dout, the linear's output gradient: the linear's input gradient (through
  * dtmp, reduced over TP), then the norm's backward, dres += its input gradient, which also
@@ -220,11 +225,11 @@ static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, const mc_tensor 
     mc_tensor w = mc_model_param(m, lin_w), gw = mc_model_grad(m, lin_w), gb = mc_model_grad(m, lin_b);
     mc_tensor dy = rows_of(&m->dtmp, p->N), none = mc_tensor_none();
     mc_tensor y = rows_of(&m->ytmp, p->N), y_mine = my_rows(p, &m->ytmp);
-    be->linear_bwd(be, &dy, &none, &none, dout, &y, &w);
+    be->linear_bwd(be, &dy, &none, &none, dout, &y, &w, true);
     mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
     norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, &y_mine);
     gather_seq(p, &m->ytmp);
-    be->linear_bwd(be, &none, &gw, &gb, dout, &y, &w);
+    be->linear_bwd(be, &none, &gw, &gb, dout, &y, &w, grad_acc(p, lin_w));
 }
 
 static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
@@ -294,24 +299,24 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
     if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
         mc_tensor act = m->recompute_act ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
-        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
+        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
         be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
     } else if (!m->recompute_act) { /* GELU, its activation saved */
         mc_tensor act = rows_of(&a->act, N);
-        be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2);
+        be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
         be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
     } else { /* fc2's input gradient, the activation again (SwiGLU: written by its backward's
               * pass; GELU: a pass of its own), then fc2's weight gradient */
         mc_tensor act = rows_of(&m->act_tmp, N);
-        be->linear_bwd(be, &dact, &none, &none, &dt, &act, &w2);
+        be->linear_bwd(be, &dact, &none, &none, &dt, &act, &w2, true);
         if (m->cfg.swiglu) {
             be->swiglu_bwd(be, &dfc1, &act, &dact, &fc1);
         } else {
             activation_fwd(p, l, &fc1);
             be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
         }
-        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2);
+        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
     }
     norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b);
 
@@ -319,7 +324,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     dt = branch_grad(p, site_attn_res(l));
     mc_tensor att = rows_of(&a->att, N), datt = rows_of(&m->datt, N);
     mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w), gbp = mc_model_grad(m, lp->proj_b);
-    be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp);
+    be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp, grad_acc(p, lp->proj_w));
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = rows_of(&m->dqkv, N);
     mc_attn_desc ad = attn_desc(p, l);
@@ -445,7 +450,7 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
         }
         if (backward) {
             mc_tensor dx = rows_at(&m->dtmp, c0, nc);
-            be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w);
+            be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));
         }
     }
     mc_tensor loss = rows_of(&m->tok_loss, p->N), mask = rows_of(&p->mb->loss_mask, p->N);
@@ -464,7 +469,7 @@ static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint
               "micro-batch [%lld, %lld] vs plan [%lld, %lld]", (long long)mb->seq, (long long)mb->batch,
               (long long)m->seq, (long long)m->max_batch);
     pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch,
-                  .train = train, .stream = stream, .mb = mb};
+                  .train = train, .acc = !m->grads_reset, .stream = stream, .mb = mb};
     p.Nl = m->sp ? p.N / m->tp : p.N;
     p.r0 = m->sp ? (int64_t)m->tp_rank * p.Nl : 0;
     return p;
@@ -485,6 +490,7 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
         grads_ready(m, layer_lo(m, l));
     }
     embedding_bwd(&p);
+    m->grads_reset = false;
     grads_ready(m, 0);
 }
 

@@ -134,6 +134,13 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
     m->out_w = c->untie_embeddings_and_output_weights
                    ? add_param(&tb, "output_layer.weight", 2, m->padded_vocab, h, MC_TP_ROWS, MC_INIT_NORMAL, std)
                    : m->emb_w;
+    for (int64_t l = 0; l < L; l++) { /* model_forward.c's layer_bwd writes these through linear_bwd */
+        const mc_layer_params *lp = &m->layers[l];
+        const int linear[] = {lp->qkv_w, lp->qkv_b, lp->proj_w, lp->proj_b, lp->fc1_w, lp->fc1_b, lp->fc2_w, lp->fc2_b};
+        for (size_t k = 0; k < sizeof linear / sizeof linear[0]; k++)
+            if (linear[k] >= 0) m->params[linear[k]].grad_overwritten = true;
+    }
+    if (m->out_w != m->emb_w) m->params[m->out_w].grad_overwritten = true; /* tied: the embedding's backward adds */
     for (int i = 0; i < m->nparams; i++) {
         mc_param *p = &m->params[i];
         bool norm = strstr(p->name, "layernorm") != NULL;

@@ -135,10 +135,7 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     return (int64_t)zeros;
 }
 
-void mc_optimizer_zero_grads(mc_optimizer *o) {
-    mc_model *m = o->model;
-    o->be->zero(o->be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
-}
+void mc_optimizer_zero_grads(mc_optimizer *o) { mc_model_zero_grads(o->model); }
 
 void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale) {
     mc_model *m = o->model;

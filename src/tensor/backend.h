@@ -6,8 +6,10 @@
  * - Tensors are views in the backend's memory (host memory for cpu, device for cuda).
  * - "N" is the number of tokens, N = S*B, in [s, b] order (sequence first, as Megatron).
  * - Outputs are overwritten unless the entry says "+=" (accumulated): weight gradients
- *   always accumulate (gradient accumulation over micro-batches), and so do the input
- *   gradients of norms (they add into the residual-stream gradient).
+ *   accumulate (gradient accumulation over micro-batches; linear_bwd overwrites instead
+ *   when told to, for the first micro-batch after the gradients were reset, which then
+ *   need no zeroing pass), and so do the input gradients of norms (they add into the
+ *   residual-stream gradient).
  * - Optional operands are passed as mc_tensor_none() (data == NULL).
  * - Dtypes: the CPU backend computes in F32, and in F64 for gradient checks; the CUDA
  *   backend in F32, BF16 and F16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
@@ -122,9 +124,10 @@ struct mc_backend {
                  bool trans_b, float alpha, float beta);
     /* y[N,out] = x[N,in] w[out,in]^T (+ b[out]). */
     void (*linear_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
-    /* dx[N,in] = dy w (overwritten; optional); dw += dy^T x; db += sum_rows(dy) (optional). */
+    /* dx[N,in] = dy w (overwritten; optional); dw += dy^T x; db += sum_rows(dy) (optional);
+     * without `accumulate`, dw = and db = instead of += (no read of their old contents). */
     void (*linear_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                       const mc_tensor *x, const mc_tensor *w);
+                       const mc_tensor *x, const mc_tensor *w, bool accumulate);
     /* A linear layer whose output lands on the residual stream (the row-parallel linears
      * at TP 1 without dropout): y[N,out] = residual[N,out] + x[N,in] w[out,in]^T (+ b[out]),
      * as linear_fwd into y then dropout_add_fwd(y, residual, y, p = 0), in one pass where the

@@ -96,7 +96,7 @@ void mc_cpu_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, c
                  float alpha, float beta);
 void mc_cpu_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
 void mc_cpu_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                       const mc_tensor *x, const mc_tensor *w);
+                       const mc_tensor *x, const mc_tensor *w, bool accumulate);
 void mc_cpu_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
                                 const mc_tensor *w, const mc_tensor *b);
 void mc_cpu_linear_gelu_fwd(mc_backend *, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,

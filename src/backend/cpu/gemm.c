@@ -121,7 +121,7 @@ void mc_cpu_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *r
 }
 
 void mc_cpu_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                       const mc_tensor *x, const mc_tensor *w) {
+                       const mc_tensor *x, const mc_tensor *w, bool accumulate) {
     (void)be;
     const char *op = "linear_bwd";
     mc_cpu_check_real(op, "dy", dy);
@@ -140,16 +140,19 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *
                                  dx->data, in);
         }
     }
-    if (mc_tensor_present(dw)) { /* dw[out, in] += dy^T x */
+    if (mc_tensor_present(dw)) { /* dw[out, in] (+)= dy^T x */
         mc_cpu_check_dtype(op, "dw", dw, dy->dtype);
         mc_cpu_check_2d(op, "dw", dw, out, in);
         if (n > 0 && in > 0 && out > 0)
-            MC_CPU_DISPATCH(dy->dtype, blas_gemm, true, false, out, in, n, 1, dy->data, out, x->data, in, 1, dw->data,
-                            in);
+            MC_CPU_DISPATCH(dy->dtype, blas_gemm, true, false, out, in, n, 1, dy->data, out, x->data, in,
+                            accumulate ? 1 : 0, dw->data, in);
+        else if (!accumulate)
+            MC_CPU_DISPATCH(dy->dtype, scale_elems, dw->data, out * in, 0);
     }
-    if (mc_tensor_present(db)) { /* db[out] += sum_rows dy */
+    if (mc_tensor_present(db)) { /* db[out] (+)= sum_rows dy */
         mc_cpu_check_dtype(op, "db", db, dy->dtype);
         mc_cpu_check_numel(op, "db", db, out);
+        if (!accumulate) MC_CPU_DISPATCH(dy->dtype, scale_elems, db->data, out, 0);
         MC_CPU_DISPATCH(dy->dtype, colsum_add, db->data, dy->data, n, out);
     }
 }
@@ -177,7 +180,7 @@ void mc_cpu_linear_dgelu_bwd(mc_backend *be, mc_tensor *dpre, mc_tensor *db, con
     }
     MC_ASSERT(dpre->data != pre->data && dpre->data != dy->data, "cpu %s: dpre must not alias pre or dy", op);
     mc_tensor none = mc_tensor_none();
-    mc_cpu_linear_bwd(be, dpre, &none, &none, dy, pre, w); /* pre stands in for x, which only dw reads */
+    mc_cpu_linear_bwd(be, dpre, &none, &none, dy, pre, w, true); /* pre stands in for x, which only dw reads */
     mc_cpu_gelu_bwd(be, dpre, dpre, pre, true);
     if (mc_tensor_present(db)) MC_CPU_DISPATCH(dy->dtype, colsum_add, db->data, dpre->data, n, f);
 }

@@ -192,7 +192,7 @@ void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc
 void mc_cuda_linear_dims(const char *op, const mc_tensor *y, const mc_tensor *x, const mc_tensor *w, int64_t *n,
                          int64_t *in, int64_t *out);
 void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                        const mc_tensor *x, const mc_tensor *w);
+                        const mc_tensor *x, const mc_tensor *w, bool accumulate);
 void mc_cuda_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
                                  const mc_tensor *w, const mc_tensor *b);
 void mc_cuda_gemm_cache_destroy(mc_cuda_state *st);

@@ -640,20 +640,23 @@ void mc_cuda_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *
  * The epilogue writes the sums, in the output's dtype (F32), and cannot add them, so they
  * go to scratch and are added to db. */
 static bool wgrad_bgrad(mc_backend *be, const char *op, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                        const mc_tensor *x, int64_t n, int64_t in, int64_t out) {
+                        const mc_tensor *x, int64_t n, int64_t in, int64_t out, bool accumulate) {
     mc_cuda_state *st = mc_cuda_st(be);
-    float *sums = (float *)mc_cuda_workspace(st, (size_t)out * sizeof(float), op);
+    /* the epilogue writes the column sums: straight into db, or beside it to be added */
+    float *sums = accumulate ? (float *)mc_cuda_workspace(st, (size_t)out * sizeof(float), op) : (float *)db->data;
     mc_cuda_epilogue epi = {CUBLASLT_EPILOGUE_BGRADB, sums, MC_F32, NULL, 0};
     if (!mc_cuda_matmul_epilogue(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f,
-                                 1.0f, &epi))
+                                 accumulate ? 1.0f : 0.0f, &epi))
         return false;
-    mc_tensor s = mc_tensor_1d(sums, MC_F32, out);
-    mc_cuda_add_inplace(be, db, &s);
+    if (accumulate) {
+        mc_tensor s = mc_tensor_1d(sums, MC_F32, out);
+        mc_cuda_add_inplace(be, db, &s);
+    }
     return true;
 }
 
 void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
-                        const mc_tensor *x, const mc_tensor *w) {
+                        const mc_tensor *x, const mc_tensor *w, bool accumulate) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "linear_bwd";
     mc_cuda_check_float(op, "dy", dy);
@@ -679,11 +682,16 @@ void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor 
         mc_cuda_check_dtype(op, "db", db, MC_F32);
         mc_cuda_check_numel(op, "db", db, out);
     }
-    if (has_dw && n > 0 && in > 0 && out > 0) { /* dw[out, in] += dy^T x, into F32 (main_grad) */
-        if (has_db) db_done = wgrad_bgrad(be, op, dw, db, dy, x, n, in, out);
+    if (has_dw && n > 0 && in > 0 && out > 0) { /* dw[out, in] (+)= dy^T x, into F32 (main_grad) */
+        if (has_db) db_done = wgrad_bgrad(be, op, dw, db, dy, x, n, in, out, accumulate);
         if (!db_done)
-            mc_cuda_matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f, 1.0f, NULL);
+            mc_cuda_matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f,
+                           accumulate ? 1.0f : 0.0f, NULL);
+    } else if (has_dw && !accumulate && out * in > 0) {
+        MC_CUDA_CHECK(cudaMemsetAsync(dw->data, 0, (size_t)(out * in) * sizeof(float), st->stream), op);
     }
-    if (has_db && !db_done) /* db[out] += sum_rows dy, into F32 */
+    if (has_db && !db_done) { /* db[out] (+)= sum_rows dy, into F32 */
+        if (!accumulate && out > 0) MC_CUDA_CHECK(cudaMemsetAsync(db->data, 0, (size_t)out * sizeof(float), st->stream), op);
         mc_cuda_colsum_add(st, op, (float *)db->data, dy->data, dy->dtype, n, out);
+    }
 }

@@ -92,7 +92,7 @@ void mc_cuda_linear_dgelu_bwd(mc_backend *be, mc_tensor *dpre, mc_tensor *db, co
     /* unfused: linear_bwd's input gradient (pre stands in for its x, which only dw reads),
      * the GELU backward in place, the column sums */
     mc_tensor none = mc_tensor_none();
-    mc_cuda_linear_bwd(be, dpre, &none, &none, dy, pre, w);
+    mc_cuda_linear_bwd(be, dpre, &none, &none, dy, pre, w, true);
     mc_cuda_gelu_bwd(be, dpre, dpre, pre, true);
     if (has_db) mc_cuda_colsum_add(st, op, (float *)db->data, dpre->data, dt, n, f);
 }
