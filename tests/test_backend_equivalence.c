@@ -7,8 +7,8 @@
  * error: F32 < 1e-5, BF16 and F16 < 1e-2 (the F32 statistics and weight gradients of a
  * 16-bit run too).
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
- * attention_bwd, adamw, linear_dgelu_bwd and linear_bwd's bias gradient; init_normal
- * against the CPU's values (within one float ulp); exact fill/convert;
+ * attention_bwd, adamw, linear_dgelu_bwd, linear_bwd's bias gradient and xent_fused;
+ * init_normal against the CPU's values (within one float ulp); exact fill/convert;
  * sumsq/sumsq_segments/count_zeros.
  *
  * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
@@ -956,6 +956,54 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
     release_all();
 }
 
+/* The one-pass op (no tensor parallelism) against the CPU's, which is rowstats then
+ * loss_grad: loss without dlogits, then loss and dlogits twice (fresh logits each time when
+ * dlogits aliases them), the two runs bitwise equal and their loss bitwise the loss-only
+ * one's. Targets include both ends of the row, -1, V (off the row) and both sides of every
+ * slice edge of a 2- and a 4-block cluster split; masks have zeros and a 0.5. */
+static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
+    float *logits = as_dtype(rnd(N * V, 4.0f), N * V, dt);
+    int32_t *tg = halloc(sizeof(int32_t) * N);
+    float *mask = halloc(sizeof(float) * N);
+    for (int64_t i = 0; i < N; i++) {
+        tg[i] = (int32_t)rng_int(0, V + V / 2); /* a third of them off the row */
+        mask[i] = (i % 5 == 3) ? 0.0f : (i % 7 == 2) ? 0.5f : 1.0f;
+    }
+    const int64_t s2 = ((V + 1) / 2 + 7) / 8 * 8, s4 = ((V + 3) / 4 + 7) / 8 * 8;
+    const int64_t edges[] = {0, V - 1, -1, V, s2 - 1, s2, s4 - 1, s4, 2 * s4 - 1, 2 * s4, 3 * s4 - 1, 3 * s4};
+    for (int64_t i = 0; i < N && i < (int64_t)(sizeof edges / sizeof edges[0]); i++) tg[i] = (int32_t)edges[i];
+    float gs = 0.37f;
+    mc_tensor cl = mk2(cpu, F32, logits, N, V), closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
+    mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
+    cpu->xent_fused(cpu, &closs, &cdl, &cl, &ctg, &cmask, gs);
+    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), none = mc_tensor_none();
+    mc_tensor gl = mk2(gpu, dt, logits, N, V), gloss0 = mk1(gpu, F32, NULL, N);
+    gpu->xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
+    mc_tensor gloss[2], gdl[2];
+    for (int r = 0; r < 2; r++) {
+        mc_tensor l = r == 0 && !alias ? gl : mk2(gpu, dt, logits, N, V);
+        gloss[r] = mk1(gpu, F32, NULL, N);
+        gdl[r] = alias ? l : mk2(gpu, dt, NULL, N, V);
+        gpu->xent_fused(gpu, &gloss[r], &gdl[r], &l, &gtg, &gmask, gs);
+    }
+    char tag[64], what[128];
+    snprintf(tag, sizeof tag, "xent_fused N=%lld V=%lld", (long long)N, (long long)V);
+    snprintf(what, sizeof what, "%s loss (no dlogits)", tag);
+    cmp(what, dt, dl(gpu, &gloss0), closs.data, N);
+    snprintf(what, sizeof what, "%s loss", tag);
+    cmp(what, dt, dl(gpu, &gloss[0]), closs.data, N);
+    snprintf(what, sizeof what, "%s dlogits%s", tag, alias ? " (aliasing logits)" : "");
+    cmp(what, dt, dl(gpu, &gdl[0]), cdl.data, N * V);
+    size_t lb = (size_t)N * sizeof(float), db = (size_t)(N * V) * mc_dtype_size(dt);
+    snprintf(what, sizeof what, "%s %s loss: two runs", tag, mc_dtype_name(dt));
+    same_bits(what, dl_raw(gpu, gloss[0].data, lb), dl_raw(gpu, gloss[1].data, lb), lb);
+    snprintf(what, sizeof what, "%s %s dlogits: two runs", tag, mc_dtype_name(dt));
+    same_bits(what, dl_raw(gpu, gdl[0].data, db), dl_raw(gpu, gdl[1].data, db), db);
+    snprintf(what, sizeof what, "%s %s loss: with and without dlogits", tag, mc_dtype_name(dt));
+    same_bits(what, dl_raw(gpu, gloss0.data, lb), dl_raw(gpu, gloss[0].data, lb), lb);
+    release_all();
+}
+
 static void test_xent(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -963,6 +1011,20 @@ static void test_xent(void) {
         xent_case(37, 1003, 77, dt, false);  /* scalar path */
         xent_case(21, 4096, 0, dt, true);    /* dlogits aliasing logits */
         xent_case(4, 128256, 128256, dt, false); /* Llama-3 vocab, second TP rank */
+    }
+}
+
+static void test_xent_fused(void) {
+    for (int k = 0; k < NDTYPES; k++) {
+        mc_dtype dt = k_dtypes[k];
+        xent_fused_case(37, 4096, dt, false);   /* one block a row, 16-byte path */
+        xent_fused_case(37, 1003, dt, false);   /* odd V: element path */
+        xent_fused_case(21, 4096, dt, true);    /* dlogits aliasing logits */
+        xent_fused_case(16, 50304, dt, false);  /* GPT-2's padded vocab (2-block clusters in 16 bits) */
+        xent_fused_case(16, 50257, dt, false);  /* GPT-2's vocab unpadded: clusters, element path */
+        xent_fused_case(13, 128256, dt, false); /* Llama 3's vocab (4-block clusters) */
+        xent_fused_case(13, 128256, dt, true);  /* ... aliasing, across a cluster */
+        xent_fused_case(3, 300001, dt, false);  /* 16 bits: 4 x 147 KiB slices; F32 too long: the two passes */
     }
 }
 
@@ -1225,6 +1287,21 @@ static void bench_all(void) {
         BENCH(nm, n * V * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         snprintf(nm, sizeof nm, "xent_loss_grad [%lld, 128256] in place", (long long)n);
         BENCH(nm, 2 * n * V * e, 0, gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
+        snprintf(nm, sizeof nm, "xent_fused [%lld, 128256] in place", (long long)n);
+        BENCH(nm, 2 * n * V * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
+        release_all();
+    }
+    { /* GPT-2's head chunk: 4096 tokens of the padded 50304 vocab */
+        const int64_t n = 4096, V2 = 50304;
+        mc_tensor lg = mk2(gpu, BF16, NULL, n, V2), rm = mk1(gpu, F32, NULL, n), st = mk2(gpu, F32, NULL, 2, n);
+        mc_tensor loss = mk1(gpu, F32, NULL, n), tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
+        gpu->fill(gpu, &lg, 0.1);
+        gpu->fill(gpu, &mask, 1.0);
+        BENCH("xent_rowstats [4096, 50304]", n * V2 * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
+        BENCH("xent_loss_grad [4096, 50304] in place", 2 * n * V2 * e, 0,
+              gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
+        BENCH("xent_fused [4096, 50304] in place", 2 * n * V2 * e, 0,
+              gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
     {
@@ -1341,6 +1418,7 @@ int main(void) {
     RUN_SELECTED(test_activations);
     RUN_SELECTED(test_dropout);
     RUN_SELECTED(test_xent);
+    RUN_SELECTED(test_xent_fused);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_reductions);

@@ -6,7 +6,8 @@
  *    a direct log-softmax, AdamW against a scalar statement of torch's update, GEMM against
  *    a triple loop;
  *  - exact semantics: dropout masks, vocab-parallel ranges, dtype conversion, determinism
- *    across thread counts, the fused linear + GELU ops bit for bit the ops they fuse. */
+ *    across thread counts, the fused linear + GELU ops and xent_fused bit for bit the ops
+ *    they fuse. */
 #include <omp.h>
 #include <stdint.h>
 
@@ -1082,6 +1083,51 @@ static void test_xent_large_vocab_f32(void) {
     tfree_all();
 }
 
+/* xent_fused (one rank, the whole vocabulary) is xent_rowstats then xent_loss_grad bit for
+ * bit: with and without dlogits, dlogits aliasing logits, F64 and F32, targets at both ends
+ * of the row and off it (-1, V), masks with zeros and a 0.5. */
+static void test_xent_fused(void) {
+    static const int64_t shapes[][2] = {{7, 20}, {6, 5003}};
+    const float gs = 0.37f;
+    for (int sh = 0; sh < 2; sh++) {
+        const int64_t n = shapes[sh][0], v = shapes[sh][1];
+        int32_t *tg = talloc((size_t)n * sizeof(int32_t));
+        double *mask = dbuf(n), *logits = rnd(n * v, 3);
+        for (int64_t i = 0; i < n; i++) {
+            tg[i] = (int32_t)((i * 7919 + 5) % (v + v / 2));
+            mask[i] = i % 3 == 1 ? 0.0 : i % 3 == 2 ? 0.5 : 1.0;
+        }
+        tg[0] = -1, tg[1] = (int32_t)v, tg[2] = (int32_t)(v - 1), tg[3] = 0;
+        for (int f = 0; f < 2; f++) {
+            const mc_dtype dt = f ? F32 : F64;
+            const size_t es = f ? sizeof(float) : sizeof(double), lb = (size_t)n * es, db = (size_t)(n * v) * es;
+            void *lg = f ? (void *)f32_of(logits, n * v) : (void *)logits, *mk = f ? (void *)f32_of(mask, n) : (void *)mask;
+            char *rowmax = talloc(lb), *stats = talloc(2 * lb), *loss_ref = talloc(lb), *dl_ref = talloc(db);
+            char *loss = talloc(lb), *dl = talloc(db), *loss_only = talloc(lb), *loss_in = talloc(lb), *in = talloc(db);
+            mc_tensor L = t2(lg, dt, n, v), T = t1(tg, MC_I32, n), MK = t1(mk, dt, n), NONE = mc_tensor_none();
+            mc_tensor RM = t1(rowmax, dt, n), ST = t2(stats, dt, 2, n), LR = t1(loss_ref, dt, n), DR = t2(dl_ref, dt, n, v);
+            be->xent_rowstats(be, &RM, &ST, &L, &T, 0);
+            be->xent_loss_grad(be, &LR, &DR, &L, &RM, &ST, &T, &MK, 0, gs);
+            mc_tensor LS = t1(loss, dt, n), DL = t2(dl, dt, n, v), LO = t1(loss_only, dt, n), LI = t1(loss_in, dt, n);
+            be->xent_fused(be, &LS, &DL, &L, &T, &MK, gs);
+            be->xent_fused(be, &LO, &NONE, &L, &T, &MK, gs);
+            memcpy(in, lg, db);
+            mc_tensor IN = t2(in, dt, n, v);
+            be->xent_fused(be, &LI, &IN, &IN, &T, &MK, gs);
+            const char *name = mc_dtype_name(dt);
+            CHECK(memcmp(loss, loss_ref, lb) == 0, "%s V=%lld: xent_fused loss differs from rowstats + loss_grad", name,
+                  (long long)v);
+            CHECK(memcmp(dl, dl_ref, db) == 0, "%s V=%lld: xent_fused dlogits differ from rowstats + loss_grad", name,
+                  (long long)v);
+            CHECK(memcmp(loss_only, loss_ref, lb) == 0, "%s V=%lld: xent_fused loss without dlogits differs", name,
+                  (long long)v);
+            CHECK(memcmp(loss_in, loss_ref, lb) == 0 && memcmp(in, dl_ref, db) == 0,
+                  "%s V=%lld: xent_fused in place differs", name, (long long)v);
+        }
+    }
+    tfree_all();
+}
+
 /* ======================================================================== optimizer */
 
 static void test_adamw(void) {
@@ -1220,6 +1266,7 @@ int main(void) {
     RUN(test_add_scale);
     RUN(test_xent_vocab_parallel);
     RUN(test_xent_large_vocab_f32);
+    RUN(test_xent_fused);
     RUN(test_adamw);
     RUN(test_sumsq_count_zeros);
     RUN(test_thread_count_independence);

@@ -435,18 +435,19 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
         mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_at(&m->tok_loss, c0, nc);
         mc_tensor labels = rows_at(&p->mb->labels, c0, nc), mask = rows_at(&p->mb->loss_mask, c0, nc);
         be->linear_fwd(be, &logits, &x, &w, &none);
-        be->xent_rowstats(be, &rowmax, &stats, &logits, &labels, m->vocab_start);
-        if (m->tp > 1) { /* the group's max, each rank's sum relative to it, then the sums */
+        mc_tensor dlogits = backward ? logits : none;
+        if (m->tp == 1) { /* the whole vocabulary here: one pass over the logits */
+            be->xent_fused(be, &loss, &dlogits, &logits, &labels, &mask, (float)grad_scale);
+        } else { /* the group's max, each rank's sum relative to it, then the sums */
+            be->xent_rowstats(be, &rowmax, &stats, &logits, &labels, m->vocab_start);
             mc_tensor gmax = rows_of(&m->gmax, nc);
             be->copy_d2d(be, gmax.data, rowmax.data, mc_tensor_bytes(&rowmax));
             mc_comm_all_reduce(&m->comm->tp, be, &gmax, MC_REDUCE_MAX);
             be->xent_rescale(be, &stats, &rowmax, &gmax);
             mc_comm_all_reduce(&m->comm->tp, be, &stats, MC_REDUCE_SUM);
-            rowmax = gmax;
+            be->xent_loss_grad(be, &loss, &dlogits, &logits, &gmax, &stats, &labels, &mask, m->vocab_start,
+                               (float)grad_scale);
         }
-        mc_tensor dlogits = backward ? logits : none;
-        be->xent_loss_grad(be, &loss, &dlogits, &logits, &rowmax, &stats, &labels, &mask, m->vocab_start,
-                           (float)grad_scale);
         if (backward) {
             mc_tensor dx = rows_at(&m->dtmp, c0, nc);
             be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));

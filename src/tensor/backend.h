@@ -225,6 +225,13 @@ struct mc_backend {
     void (*xent_loss_grad)(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                            const mc_tensor *mask, int64_t vocab_start, float grad_scale);
+    /* Without tensor parallelism (the whole vocabulary on this rank, vocab_start 0): loss
+     * and, if dlogits is present, the gradient exactly as xent_rowstats followed by
+     * xent_loss_grad define them, in one pass where the backend can (each row of logits read
+     * once). Targets outside [0, V) count a target logit of 0, as there. dlogits may alias
+     * logits. */
+    void (*xent_fused)(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                       const mc_tensor *targets, const mc_tensor *mask, float grad_scale);
 
     /* ---- optimizer ---- */
     void (*adamw)(mc_backend *, const mc_adamw_desc *d);

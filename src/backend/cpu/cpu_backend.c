@@ -213,6 +213,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->xent_rowstats = mc_cpu_xent_rowstats;
     be->xent_rescale = mc_cpu_xent_rescale;
     be->xent_loss_grad = mc_cpu_xent_loss_grad;
+    be->xent_fused = mc_cpu_xent_fused;
     be->adamw = mc_cpu_adamw;
     be->sumsq = mc_cpu_sumsq;
     be->sumsq_segments = mc_cpu_sumsq_segments;

@@ -146,6 +146,8 @@ void mc_cpu_xent_rescale(mc_backend *, mc_tensor *stats, const mc_tensor *local_
 void mc_cpu_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                            const mc_tensor *mask, int64_t vocab_start, float grad_scale);
+void mc_cpu_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                       const mc_tensor *targets, const mc_tensor *mask, float grad_scale);
 /* adamw.c */
 void mc_cpu_adamw(mc_backend *, const mc_adamw_desc *d);
 double mc_cpu_sumsq(mc_backend *, const mc_tensor *x);

@@ -131,4 +131,19 @@ void mc_cpu_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, 
                     n, v, vocab_start, grad_scale);
 }
 
+/* The reference reads each row twice either way: rowstats then loss_grad, the statistics in
+ * the backend's scratch, so the results are those two ops' bit for bit. */
+void mc_cpu_xent_fused(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                       const mc_tensor *targets, const mc_tensor *mask, float grad_scale) {
+    mc_cpu_check_real("xent_fused", "logits", logits);
+    mc_dtype dt = logits->dtype;
+    int64_t n = mc_cpu_rows(logits);
+    if (n == 0) return;
+    size_t es = mc_dtype_size(dt);
+    char *ws = mc_cpu_workspace(be, (size_t)(3 * n) * es);
+    mc_tensor rowmax = mc_tensor_1d(ws, dt, n), stats = mc_tensor_2d(ws + (size_t)n * es, dt, 2, n);
+    mc_cpu_xent_rowstats(be, &rowmax, &stats, logits, targets, 0);
+    mc_cpu_xent_loss_grad(be, loss, dlogits, logits, &rowmax, &stats, targets, mask, 0, grad_scale);
+}
+
 #endif

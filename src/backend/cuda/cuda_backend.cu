@@ -400,6 +400,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->xent_rowstats = mc_cuda_xent_rowstats;
     be->xent_rescale = mc_cuda_xent_rescale;
     be->xent_loss_grad = mc_cuda_xent_loss_grad;
+    be->xent_fused = mc_cuda_xent_fused;
     be->adamw = mc_cuda_adamw;
     be->sumsq = mc_cuda_sumsq;
     be->sumsq_segments = mc_cuda_sumsq_segments;

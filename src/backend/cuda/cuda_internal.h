@@ -271,6 +271,8 @@ void mc_cuda_xent_rescale(mc_backend *, mc_tensor *stats, const mc_tensor *local
 void mc_cuda_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                             const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                             const mc_tensor *mask, int64_t vocab_start, float grad_scale);
+void mc_cuda_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
+                        const mc_tensor *targets, const mc_tensor *mask, float grad_scale);
 /* adamw.cu */
 void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
 double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);
