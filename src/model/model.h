@@ -218,6 +218,14 @@ void mc_model_zero_grads(mc_model *m);
  * micro-batch's dropout draws (unique per micro-batch and iteration). */
 void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
                                uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens);
+/* A training micro-batch (forward and backward, train = true) as mc_model_forward_backward,
+ * without waiting for the device: the per-token losses ([S*B], unmasked, in the element
+ * type of mc_model_loss_dtype) are queued for copying into host_loss (memory from
+ * be->host_alloc), where they are valid after the next be->sync(). The trainer sums them
+ * with the loss mask it uploaded, so a step waits for the device once, not per micro-batch. */
+void mc_model_train_microbatch(mc_model *m, const mc_microbatch *mb, double grad_scale, uint64_t rng_stream,
+                               void *host_loss);
+mc_dtype mc_model_loss_dtype(const mc_model *m); /* F32, or F64 for F64 activations */
 
 /* Greedy next token after position `t` of sequence b (forward already run on mb with
  * train = false): argmax over the full vocabulary (ids >= vocab_size are skipped). */

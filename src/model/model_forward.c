@@ -422,8 +422,10 @@ static void stats_to_host(mc_backend *be, const mc_tensor *t, int64_t n, double 
 
 /* The LM head and loss in chunks over all N tokens; with `backward`, also the head's
  * backward into dtmp (the partial gradient of the final norm output). The per-token losses
- * come to the host once, after the last chunk (one synchronization per pass). */
-static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *loss_sum, double *num_tokens) {
+ * come to the host once, after the last chunk: queued into host_loss when given (no
+ * waiting), else copied and summed here (one synchronization per pass). */
+static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_loss, double *loss_sum,
+                      double *num_tokens) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, m->out_w), gw = mc_model_grad(m, m->out_w), none = mc_tensor_none();
@@ -454,6 +456,10 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, double *los
         }
     }
     mc_tensor loss = rows_of(&m->tok_loss, p->N), mask = rows_of(&p->mb->loss_mask, p->N);
+    if (host_loss) {
+        be->copy_d2h_async(be, host_loss, loss.data, mc_tensor_bytes(&loss));
+        return;
+    }
     stats_to_host(be, &loss, p->N, hl, m->host_f32);
     stats_to_host(be, &mask, p->N, hm, m->host_f32);
     for (int64_t i = 0; i < p->N; i++) {
@@ -475,11 +481,11 @@ static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint
     return p;
 }
 
-void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
-                               uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens) {
+static void forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
+                             uint64_t rng_stream, bool train, void *host_loss, double *loss_sum, double *num_tokens) {
     pass_ctx p = make_pass(m, mb, train, rng_stream);
     run_forward(&p);
-    head_loss(&p, backward, grad_scale, loss_sum, num_tokens);
+    head_loss(&p, backward, grad_scale, host_loss, loss_sum, num_tokens);
     if (!backward) return;
     mc_tensor dyf = reduce_partial(&p, &m->dtmp);
     p.be->zero(p.be, m->dres.data, (size_t)(p.Nl * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
@@ -493,6 +499,19 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
     m->grads_reset = false;
     grads_ready(m, 0);
 }
+
+void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
+                               uint64_t rng_stream, bool train, double *loss_sum, double *num_tokens) {
+    forward_backward(m, mb, backward, grad_scale, rng_stream, train, NULL, loss_sum, num_tokens);
+}
+
+void mc_model_train_microbatch(mc_model *m, const mc_microbatch *mb, double grad_scale, uint64_t rng_stream,
+                               void *host_loss) {
+    MC_ASSERT(host_loss, "mc_model_train_microbatch: no host buffer for the losses");
+    forward_backward(m, mb, true, grad_scale, rng_stream, true, host_loss, NULL, NULL);
+}
+
+mc_dtype mc_model_loss_dtype(const mc_model *m) { return m->tok_loss.dtype; }
 
 void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {
     pass_ctx p = make_pass(m, mb, false, 0);

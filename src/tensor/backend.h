@@ -104,6 +104,17 @@ struct mc_backend {
     void (*copy_h2d)(mc_backend *, void *dst, const void *src, size_t bytes);
     void (*copy_d2h)(mc_backend *, void *dst, const void *src, size_t bytes);
     void (*copy_d2d)(mc_backend *, void *dst, const void *src, size_t bytes);
+    /* Host memory for the asynchronous copies below (page-locked on CUDA, so that a copy
+     * can run while the host goes on; plain memory on the CPU). host_alloc aborts with a
+     * message when out of memory. */
+    void *(*host_alloc)(mc_backend *, size_t bytes);
+    void (*host_free)(mc_backend *, void *);
+    /* Copies queued behind the work already issued, returning at once (copy_h2d and
+     * copy_d2h wait for the device instead): the host buffer must come from host_alloc; an
+     * h2d source must keep its contents, and a d2h destination is written, only by the
+     * next sync (or copy_h2d/copy_d2h, which synchronize). On the CPU they are memcpy. */
+    void (*copy_h2d_async)(mc_backend *, void *dst, const void *src, size_t bytes);
+    void (*copy_d2h_async)(mc_backend *, void *dst, const void *src, size_t bytes);
     void (*zero)(mc_backend *, void *dst, size_t bytes);
     void (*sync)(mc_backend *);
     /* dst = src converted elementwise (F32 <-> BF16/F16, same numel). */

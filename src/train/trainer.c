@@ -45,6 +45,139 @@ static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
     mb->seg_start = t->cfg.data.reset_attention_mask ? seg : mc_tensor_none();
 }
 
+/* ---- micro-batches in flight ----
+ *
+ * A step queues its micro-batches' uploads, forward and backward passes and loss copies
+ * without waiting for the device (a wait drains its queue, and it idles while the host
+ * catches up), and sums the losses once the gradient norm has made it wait anyway. Slots
+ * are used in ring order; the losses are summed in micro-batch order, as
+ * mc_model_forward_backward sums them, so the lm loss is the same to the bit. */
+
+static void slots_create(mc_trainer *t) {
+    mc_backend *be = t->be;
+    size_t N = (size_t)t->cfg.train.micro_batch_size * (size_t)t->cfg.model.seq_length;
+    size_t mask_sz = mc_dtype_size(t->mb.loss_mask.dtype), loss_sz = mc_dtype_size(mc_model_loss_dtype(&t->model));
+    int M = t->num_microbatches;
+    t->nslots = (M < MC_BATCH_SLOTS_MAX - 1 ? M : MC_BATCH_SLOTS_MAX - 1) + 1;
+    for (int i = 0; i < t->nslots; i++) {
+        mc_batch_slot *s = &t->slots[i];
+        s->tokens = be->host_alloc(be, N * 4);
+        s->labels = be->host_alloc(be, N * 4);
+        s->pos = be->host_alloc(be, N * 4);
+        s->seg_start = mc_tensor_present(&t->mb.seg_start) ? be->host_alloc(be, N * 4) : NULL;
+        s->mask = be->host_alloc(be, N * mask_sz);
+        s->loss = be->host_alloc(be, N * loss_sz);
+    }
+    t->prefetched_slot = -1;
+}
+
+static void slots_free(mc_trainer *t) {
+    mc_backend *be = t->be;
+    for (int i = 0; i < t->nslots; i++) {
+        mc_batch_slot *s = &t->slots[i];
+        be->host_free(be, s->tokens);
+        be->host_free(be, s->labels);
+        be->host_free(be, s->pos);
+        be->host_free(be, s->seg_start);
+        be->host_free(be, s->mask);
+        be->host_free(be, s->loss);
+    }
+}
+
+static mc_batch_slot *slot_in_flight(mc_trainer *t, int k) { return &t->slots[(t->slot_first + k) % t->nslots]; }
+
+/* Adds the losses of the slots in flight to step_loss, oldest first, and frees those slots;
+ * the caller has synchronized. A slot without losses (the next step's prefetched
+ * micro-batch) ends the walk and stays in flight. */
+static void slots_harvest(mc_trainer *t) {
+    bool loss64 = mc_model_loss_dtype(&t->model) == MC_F64, mask64 = t->mb.loss_mask.dtype == MC_F64;
+    int64_t N = t->mb.seq * (int64_t)t->cfg.train.micro_batch_size;
+    while (t->slots_used > 0) {
+        mc_batch_slot *s = slot_in_flight(t, 0);
+        if (!s->has_loss) break;
+        double lsum = 0, ntok = 0;
+        for (int64_t i = 0; i < N; i++) {
+            double l = loss64 ? ((const double *)s->loss)[i] : (double)((const float *)s->loss)[i];
+            double mk = mask64 ? ((const double *)s->mask)[i] : (double)((const float *)s->mask)[i];
+            lsum += l * mk;
+            ntok += mk;
+        }
+        t->step_loss[0] += lsum;
+        t->step_loss[1] += ntok;
+        s->has_loss = false;
+        t->slot_first = (t->slot_first + 1) % t->nslots;
+        t->slots_used--;
+    }
+}
+
+/* A free slot; when every one is in flight, waits for the device and harvests first. */
+static mc_batch_slot *slot_take(mc_trainer *t) {
+    if (t->slots_used == t->nslots) {
+        t->be->sync(t->be);
+        slots_harvest(t);
+    }
+    MC_ASSERT(t->slots_used < t->nslots, "micro-batch slots: all %d in flight", t->nslots);
+    mc_batch_slot *s = slot_in_flight(t, t->slots_used++);
+    s->has_loss = false;
+    return s;
+}
+
+/* Host batch hb ([b, s], a full micro-batch) into slot s as [s, b], the activations' order. */
+static void slot_stage(mc_trainer *t, mc_batch_slot *s, const mc_batch *hb) {
+    int64_t S = t->cfg.model.seq_length, B = hb->mbs;
+    MC_ASSERT(B == t->cfg.train.micro_batch_size, "micro-batch of %lld samples, expected %d", (long long)B,
+              t->cfg.train.micro_batch_size);
+    bool f64 = t->mb.loss_mask.dtype == MC_F64;
+    double ntok = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t q = 0; q < S; q++) {
+            int64_t src = b * S + q, dst = q * B + b;
+            s->tokens[dst] = hb->tokens[src];
+            s->labels[dst] = hb->labels[src];
+            s->pos[dst] = hb->position_ids[src];
+            if (f64)
+                ((double *)s->mask)[dst] = hb->loss_mask[src];
+            else
+                ((float *)s->mask)[dst] = hb->loss_mask[src];
+            ntok += hb->loss_mask[src];
+        }
+    if (s->seg_start) memcpy(s->seg_start, hb->seg_start, (size_t)(S * B) * 4); /* already [B, S] */
+    s->ntok = ntok;
+}
+
+/* Queues slot s's upload into t->mb, behind the work that reads the previous micro-batch. */
+static void slot_upload(mc_trainer *t, const mc_batch_slot *s) {
+    mc_backend *be = t->be;
+    mc_microbatch *mb = &t->mb;
+    size_t N = (size_t)mb->seq * (size_t)mb->batch;
+    be->copy_h2d_async(be, mb->tokens.data, s->tokens, N * 4);
+    be->copy_h2d_async(be, mb->labels.data, s->labels, N * 4);
+    be->copy_h2d_async(be, mb->pos.data, s->pos, N * 4);
+    be->copy_h2d_async(be, mb->loss_mask.data, s->mask, N * mc_dtype_size(mb->loss_mask.dtype));
+    if (s->seg_start) be->copy_h2d_async(be, mb->seg_start.data, s->seg_start, N * 4);
+}
+
+/* Training micro-batch `micro` of the iteration starting at `consumed` samples: from the
+ * loader into a slot, its upload queued. NULL when the data ended or failed (err says). */
+static mc_batch_slot *fetch_train(mc_trainer *t, int64_t consumed, int micro, int64_t iteration, mc_err *err) {
+    int mbs = t->cfg.train.micro_batch_size;
+    int64_t first = mc_data_sample_index(consumed, micro, mbs, t->dp, t->comm.dp_rank);
+    mc_loader_request req;
+    const mc_batch *hb = mc_loader_next(t->train_loader, &req);
+    if (!hb) {
+        if (mc_loader_error(t->train_loader, err)) return NULL;
+        mc_err_set(err, "the training data ended before iteration %lld", (long long)iteration);
+        return NULL;
+    }
+    MC_ASSERT(req.first_index == first, "loader out of step: sample %lld vs %lld", (long long)req.first_index,
+              (long long)first);
+    mc_batch_slot *s = slot_take(t);
+    slot_stage(t, s, hb);
+    s->first_index = first;
+    slot_upload(t, s);
+    return s;
+}
+
 /* World rank 0 opens the data first, building any index caches (Megatron's rank-0 build);
  * then the others open it and load those caches. A failure on rank 0 reaches every rank. */
 static int open_data(mc_trainer *t, mc_err *err) {
@@ -91,16 +224,12 @@ static int setup(mc_trainer *t, mc_err *err) {
         mc_loss_scaler_init_constant(&t->scaler, pr->fp16 ? pr->loss_scale : 1.0);
 
     mc_batch_init(&t->host_batch, cfg->train.micro_batch_size, cfg->model.seq_length);
-    size_t N = (size_t)cfg->train.micro_batch_size * (size_t)cfg->model.seq_length;
-    t->stage_tokens = mc_xmalloc(N * 4);
-    t->stage_labels = mc_xmalloc(N * 4);
-    t->stage_pos = mc_xmalloc(N * 4);
-    t->stage_mask = mc_xmalloc(N * 8);
     mc_arena measure;
     mc_arena_init_measure(&measure, "micro-batch (plan)");
     plan_batch_buffers(t, &measure);
     mc_arena_init(&t->batch_arena, "micro-batch", t->be, measure.peak);
     plan_batch_buffers(t, &t->batch_arena);
+    slots_create(t);
 
     t->flops_per_iteration = mc_flops_per_iteration(cfg, t->model.padded_vocab, cfg->train.global_batch_size);
     if (cfg->log.peak_tflops > 0)
@@ -150,6 +279,7 @@ void mc_trainer_free(mc_trainer *t) {
     if (!t) return;
     mc_metrics_close(&t->metrics);
     if (t->be) {
+        slots_free(t);
         mc_arena_free(&t->batch_arena);
         mc_ddp_free(&t->ddp);
         mc_optimizer_free(&t->opt);
@@ -157,10 +287,6 @@ void mc_trainer_free(mc_trainer *t) {
     }
     if (t->train_loader) mc_loader_free(t->train_loader);
     mc_batch_free(&t->host_batch);
-    free(t->stage_tokens);
-    free(t->stage_labels);
-    free(t->stage_pos);
-    free(t->stage_mask);
     if (t->data) mc_data_close(t->data);
     mc_comm_free(&t->comm); /* NCCL communicators before the device's backend */
     if (t->be) t->be->destroy(t->be);
@@ -169,39 +295,6 @@ void mc_trainer_free(mc_trainer *t) {
 }
 
 int64_t mc_trainer_num_params(const mc_trainer *t) { return mc_model_num_params_global(&t->model); }
-
-double mc_trainer_upload_batch(mc_trainer *t, const mc_batch *hb) {
-    int64_t S = t->cfg.model.seq_length, B = hb->mbs;
-    bool f64 = t->mb.loss_mask.dtype == MC_F64;
-    double ntok = 0;
-    /* The dataset yields [b, s]; activations are [s, b]. */
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t s = 0; s < S; s++) {
-            int64_t src = b * S + s, dst = s * B + b;
-            t->stage_tokens[dst] = hb->tokens[src];
-            t->stage_labels[dst] = hb->labels[src];
-            t->stage_pos[dst] = hb->position_ids[src];
-            if (f64)
-                ((double *)t->stage_mask)[dst] = hb->loss_mask[src];
-            else
-                ((float *)t->stage_mask)[dst] = hb->loss_mask[src];
-            ntok += hb->loss_mask[src];
-        }
-    mc_backend *be = t->be;
-    mc_microbatch *mb = &t->mb;
-    mb->batch = B;
-    size_t N = (size_t)(S * B);
-    mb->tokens.shape[0] = mb->labels.shape[0] = mb->pos.shape[0] = mb->loss_mask.shape[0] = (int64_t)N;
-    be->copy_h2d(be, mb->tokens.data, t->stage_tokens, N * 4);
-    be->copy_h2d(be, mb->labels.data, t->stage_labels, N * 4);
-    be->copy_h2d(be, mb->pos.data, t->stage_pos, N * 4);
-    be->copy_h2d(be, mb->loss_mask.data, t->stage_mask, N * mc_dtype_size(mb->loss_mask.dtype));
-    if (mc_tensor_present(&mb->seg_start)) {
-        mb->seg_start.shape[0] = B;
-        be->copy_h2d(be, mb->seg_start.data, hb->seg_start, N * 4); /* already [B, S] */
-    }
-    return ntok;
-}
 
 /* The training stream starts where training stands (0, or a resumed count). */
 static int start_train_loader(mc_trainer *t, mc_err *err) {
@@ -260,34 +353,37 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     maybe_inject_inf_grad(t);
     const double loss_scale = t->scaler.scale;
     double t0 = mc_time_now();
-    double pair[2] = {0, 0}; /* Megatron's [sum of masked losses, number of tokens] */
+    t->step_loss[0] = t->step_loss[1] = 0;
     for (int micro = 0; micro < M; micro++) {
-        int64_t first = mc_data_sample_index(t->consumed_train_samples, micro, mbs, t->dp, t->comm.dp_rank);
-        mc_loader_request req;
-        const mc_batch *hb = mc_loader_next(t->train_loader, &req);
-        if (!hb) {
-            if (mc_loader_error(t->train_loader, err)) return MC_ERR;
-            return mc_err_set(err, "the training data ended before iteration %lld", (long long)(t->iteration + 1));
+        mc_batch_slot *s;
+        if (micro == 0 && t->prefetched_slot >= 0) {
+            s = &t->slots[t->prefetched_slot];
+            t->prefetched_slot = -1;
+            int64_t first = mc_data_sample_index(t->consumed_train_samples, 0, mbs, t->dp, t->comm.dp_rank);
+            MC_ASSERT(s->first_index == first, "prefetched sample %lld vs %lld", (long long)s->first_index,
+                      (long long)first);
+            if (t->mb_stale) slot_upload(t, s);
+        } else {
+            s = fetch_train(t, t->consumed_train_samples, micro, t->iteration + 1, err);
+            if (!s) return MC_ERR;
         }
-        MC_ASSERT(req.first_index == first, "loader out of step: sample %lld vs %lld", (long long)req.first_index,
-                  (long long)first);
-        double ntok = mc_trainer_upload_batch(t, hb);
+        t->mb_stale = false;
         /* Megatron: each micro-batch's loss is its token mean divided by the number of
          * micro-batches; DDP then averages over data-parallel ranks. With --fp16 the
          * backward seed is also multiplied by the loss scale. */
-        double grad_scale = ntok > 0 ? loss_scale / (ntok * M * t->dp) : 0.0;
+        double grad_scale = s->ntok > 0 ? loss_scale / (s->ntok * M * t->dp) : 0.0;
         uint64_t stream = 1 + (uint64_t)(t->iteration * M + micro) * (uint64_t)t->dp + (uint64_t)t->comm.dp_rank;
-        double loss_sum, num_tokens;
         mc_ddp_begin_microbatch(&t->ddp, micro == M - 1);
-        mc_model_forward_backward(&t->model, &t->mb, true, grad_scale, stream, true, &loss_sum, &num_tokens);
-        pair[0] += loss_sum;
-        pair[1] += num_tokens;
+        mc_model_train_microbatch(&t->model, &t->mb, grad_scale, stream, s->loss);
+        s->has_loss = true;
     }
     mc_ddp_finish_grads(&t->ddp);
+    double gnorm = mc_optimizer_grad_norm(&t->opt) / loss_scale; /* waits for the device */
+    be->sync(be);
+    slots_harvest(t);
+    double pair[2] = {t->step_loss[0], t->step_loss[1]}; /* Megatron's [sum of masked losses, tokens] */
     mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
-
     double loss = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
-    double gnorm = mc_optimizer_grad_norm(&t->opt) / loss_scale;
     /* fp16: an inf or NaN gradient (the norm is then inf or NaN on every rank) is an
      * overflow of the scaled loss: the step is skipped and the scaler backs off. Otherwise
      * a non-finite loss or gradient is an error, as Megatron's NaN check. */
@@ -308,6 +404,14 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
         t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
     }
     mc_loss_scaler_update(&t->scaler, found_inf);
+    /* The next iteration's first micro-batch: fetched, staged and its upload queued while
+     * the device finishes this step (a failure is left for that step to report). */
+    if (t->iteration + 1 < t->train_iters) {
+        mc_err ignored;
+        mc_batch_slot *s = fetch_train(t, t->consumed_train_samples + cfg->train.global_batch_size, 0,
+                                       t->iteration + 2, &ignored);
+        if (s) t->prefetched_slot = (int)(s - t->slots);
+    }
     be->sync(be);
     t->consumed_train_samples += cfg->train.global_batch_size;
     t->iteration++;
@@ -347,9 +451,13 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_ou
         for (int micro = 0; micro < M; micro++) {
             int64_t first = mc_data_sample_index(start + it * gbs, micro, mbs, t->dp, t->comm.dp_rank);
             mc_data_get_batch(t->data, split, first, mbs, &t->host_batch);
-            mc_trainer_upload_batch(t, &t->host_batch);
+            mc_batch_slot *s = slot_take(t);
+            slot_stage(t, s, &t->host_batch);
+            slot_upload(t, s);
+            t->mb_stale = true;
             double loss_sum, num_tokens;
             mc_model_forward_backward(&t->model, &t->mb, false, 0.0, 0, false, &loss_sum, &num_tokens);
+            t->slots_used--; /* the newest, free again: the forward waited for the device */
             pair[0] += loss_sum;
             pair[1] += num_tokens;
         }
@@ -371,6 +479,7 @@ int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, in
     memcpy(ctx, prompt + (prompt_len - len), (size_t)len * sizeof(int32_t));
     mc_backend *be = t->be;
     mc_microbatch mb = t->mb;
+    t->mb_stale = true; /* its buffers are written below */
     mb.batch = 1;
     mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = S;
     mb.seg_start = mc_tensor_none();

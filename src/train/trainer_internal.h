@@ -13,6 +13,21 @@
 #include "optim/optimizer.h"
 #include "train/train_log.h"
 
+/* The host side of one micro-batch in flight, in backend host memory (pinned on CUDA) so
+ * that its upload and the copy of its losses back run without waiting for the device: the
+ * batch staged in [s, b] order, and the per-token losses coming back. */
+typedef struct mc_batch_slot {
+    int32_t *tokens, *labels, *pos, *seg_start;
+    void *mask;          /* the micro-batch's loss-mask dtype */
+    void *loss;          /* mc_model_loss_dtype */
+    int64_t first_index; /* its first sample */
+    double ntok;         /* loss-masked tokens */
+    bool has_loss;       /* a training micro-batch ran on it: harvest its losses */
+} mc_batch_slot;
+/* Micro-batches in flight at most (a step with more waits for the device every so many);
+ * one more slot holds the next step's prefetched micro-batch or an evaluation batch. */
+enum { MC_BATCH_SLOTS_MAX = 9 };
+
 struct mc_trainer {
     mc_config cfg;             /* validated copy; strings owned */
     mc_comm comm;
@@ -36,18 +51,24 @@ struct mc_trainer {
     double peak_tflops;        /* per device, for MFU */
     double flops_per_iteration;
 
-    /* One micro-batch: host batch from the data pipeline ([b, s]) and its [s, b] upload. */
-    mc_batch host_batch;
-    int32_t *stage_tokens, *stage_labels, *stage_pos;
-    void *stage_mask;          /* act dtype */
+    /* The device's micro-batch (one at a time: an upload is queued behind the work of the
+     * previous micro-batch, which has then read it), the slots of the micro-batches in
+     * flight, and the host batch that evaluation reads into. */
     mc_arena batch_arena;      /* backend memory for mc_microbatch */
     mc_microbatch mb;
+    mc_batch_slot slots[MC_BATCH_SLOTS_MAX];
+    int nslots;
+    int slot_first, slots_used; /* ring: slots_used slots from slot_first are in flight */
+    /* The next iteration's first micro-batch, fetched, staged and uploaded before the end of
+     * the previous step (its slot is the newest in use), or -1; mb_stale: an evaluation
+     * has overwritten t->mb since, so it is uploaded again. */
+    int prefetched_slot;
+    bool mb_stale;
+    double step_loss[2];       /* Megatron's [sum of masked losses, tokens] of the slots harvested */
+    mc_batch host_batch;
 
     mc_metrics_file metrics;
 };
 
-/* Uploads a host micro-batch into t->mb ([b, s] -> [s, b], host -> backend); returns the
- * number of loss-masked tokens. */
-double mc_trainer_upload_batch(mc_trainer *t, const mc_batch *hb);
 
 #endif

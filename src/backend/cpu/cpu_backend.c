@@ -168,6 +168,17 @@ static void cpu_destroy(mc_backend *be) {
     free(be);
 }
 
+/* Host memory is all the CPU backend has: the "pinned" allocations are plain ones. */
+static void *cpu_host_alloc(mc_backend *be, size_t bytes) {
+    (void)be;
+    return mc_cpu_aligned_alloc(bytes);
+}
+
+static void cpu_host_free(mc_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
 mc_backend *mc_backend_cpu_create(void) {
     mc_backend *be = mc_xcalloc(1, sizeof *be);
     be->name = "cpu";
@@ -179,6 +190,10 @@ mc_backend *mc_backend_cpu_create(void) {
     be->copy_h2d = cpu_copy;
     be->copy_d2h = cpu_copy;
     be->copy_d2d = cpu_copy;
+    be->host_alloc = cpu_host_alloc;
+    be->host_free = cpu_host_free;
+    be->copy_h2d_async = cpu_copy;
+    be->copy_d2h_async = cpu_copy;
     be->zero = cpu_zero;
     be->sync = cpu_sync;
     be->convert = cpu_convert;

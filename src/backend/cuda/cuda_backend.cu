@@ -5,7 +5,8 @@
  *
  * Streams: one non-blocking stream per backend; every op is asynchronous on it, in order.
  * copy_h2d returns once the host buffer may be reused (async copy + stream sync), copy_d2h
- * and sync block. Workspaces grow on demand (a synchronize, then a larger cudaMalloc) and
+ * and sync block; copy_h2d_async/copy_d2h_async only queue (pinned host memory from
+ * host_alloc). Workspaces grow on demand (a synchronize, then a larger cudaMalloc) and
  * never shrink, so the steady state allocates nothing. */
 #include "backend/cuda/cuda_internal.h"
 
@@ -212,6 +213,33 @@ static void cuda_copy_d2h(mc_backend *be, void *dst, const void *src, size_t byt
     mc_cuda_sync_checked(st, "copy_d2h");
 }
 
+/* Page-locked, so that cudaMemcpyAsync from or to it is asynchronous for the host. */
+static void *cuda_host_alloc(mc_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    MC_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "host_alloc");
+    return p;
+}
+
+static void cuda_host_free(mc_backend *be, void *ptr) {
+    if (!ptr) return;
+    /* a queued copy may still read or write it */
+    MC_CUDA_CHECK(cudaStreamSynchronize(mc_cuda_st(be)->stream), "host_free");
+    MC_CUDA_CHECK(cudaFreeHost(ptr), "host_free");
+}
+
+static void cuda_copy_h2d_async(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "copy_h2d_async");
+}
+
+static void cuda_copy_d2h_async(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "copy_d2h_async");
+}
+
 static void cuda_copy_d2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
     mc_cuda_state *st = mc_cuda_st(be);
@@ -365,6 +393,10 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->free = cuda_free;
     be->copy_h2d = cuda_copy_h2d;
     be->copy_d2h = cuda_copy_d2h;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
+    be->copy_h2d_async = cuda_copy_h2d_async;
+    be->copy_d2h_async = cuda_copy_d2h_async;
     be->copy_d2d = cuda_copy_d2d;
     be->zero = cuda_zero;
     be->sync = cuda_sync;
