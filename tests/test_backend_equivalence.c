@@ -1362,6 +1362,47 @@ static void bench_all(void) {
     BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
     release_all();
 
+    { /* the norms at GPT-2's (LayerNorm with bias, 65536 x 768) and Llama's (RMSNorm, 8192 x
+       * 2048) training shapes, each line with the pipelined kernels and then with MC_NORM_V1=1
+       * (the kernels before them); the backward as training calls it, rewriting y */
+        const int64_t ng = 65536, hg = 768, nl = 8192, hl = 2048;
+        mc_tensor xg = mk2(gpu, BF16, NULL, ng, hg), yg = mk2(gpu, BF16, NULL, ng, hg);
+        mc_tensor dyg = mk2(gpu, BF16, NULL, ng, hg), dxg = mk2(gpu, BF16, NULL, ng, hg);
+        mc_tensor wg = mk1(gpu, BF16, NULL, hg), bg = mk1(gpu, BF16, NULL, hg);
+        mc_tensor mg = mk1(gpu, F32, NULL, ng), rg = mk1(gpu, F32, NULL, ng);
+        mc_tensor dwg = mk1(gpu, F32, NULL, hg), dbg = mk1(gpu, F32, NULL, hg);
+        mc_tensor xl = mk2(gpu, BF16, NULL, nl, hl), yl = mk2(gpu, BF16, NULL, nl, hl);
+        mc_tensor dyl = mk2(gpu, BF16, NULL, nl, hl), dxl = mk2(gpu, BF16, NULL, nl, hl);
+        mc_tensor wl = mk1(gpu, BF16, NULL, hl), rl = mk1(gpu, F32, NULL, nl), dwl = mk1(gpu, F32, NULL, hl);
+        gpu->fill(gpu, &xg, 0.5), gpu->fill(gpu, &wg, 1.0), gpu->fill(gpu, &bg, 0.1), gpu->fill(gpu, &dyg, 0.01);
+        gpu->fill(gpu, &xl, 0.5), gpu->fill(gpu, &wl, 1.0), gpu->fill(gpu, &dyl, 0.01);
+        char *saved = save_norm_v1();
+        char nm[96];
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "layernorm_fwd [65536, 768]%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 2 * ng * hg * e, 0, gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "layernorm_bwd [65536, 768] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 5 * ng * hg * e, 0,
+                  gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "rmsnorm_fwd [8192, 2048]%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "rmsnorm_bwd [8192, 2048] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 5 * nl * hl * e, 0, gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &yl, &dyl, &xl, &wl, &rl));
+        }
+        restore_norm_v1(saved);
+        release_all();
+    }
+
     mc_tensor f1 = mk2(gpu, BF16, NULL, N, 2 * ffn), act = mk2(gpu, BF16, NULL, N, ffn), df1 = mk2(gpu, BF16, NULL, N, 2 * ffn);
     gpu->fill(gpu, &f1, 0.3);
     gpu->fill(gpu, &act, 0.2);
