@@ -701,6 +701,84 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     release_all();
 }
 
+/* MC_NORM_V1=1 selects the norm kernels as they were before the pipelined ones (kept for
+ * one A/B timing on an H200); unset, the pipelined ones. The CUDA backend reads it at
+ * every call. Whoever switches it puts back the caller's setting after (save_norm_v1,
+ * restore_norm_v1), so that a run under MC_NORM_V1=1 tests the old kernels throughout. */
+static void set_norm_v1(bool on) {
+    if (on) setenv("MC_NORM_V1", "1", 1);
+    else unsetenv("MC_NORM_V1");
+}
+
+static char *save_norm_v1(void) { /* NULL: unset */
+    const char *e = getenv("MC_NORM_V1");
+    return e ? strdup(e) : NULL;
+}
+
+static void restore_norm_v1(char *saved) {
+    if (saved) setenv("MC_NORM_V1", saved, 1);
+    else unsetenv("MC_NORM_V1");
+    free(saved);
+}
+
+/* v2 (the pipelined kernels) against v1 (MC_NORM_V1=1) on the same inputs, within the CPU
+ * comparisons' tolerance; how many values differ at all is printed too. The pipelined
+ * kernels keep the old ones' arithmetic term for term, so none should, except in dw and db
+ * (their partial rows follow each kernel's grid) and in F32 backwards of rows past 512
+ * (the register-row kernel by default, a block-wide sum order). */
+static void cmp_v1(const char *what, mc_dtype dt, const float *v2, const float *v1, int64_t n) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += memcmp(&v2[i], &v1[i], sizeof(float)) != 0;
+    double err = check_rel_l2(v2, v1, n), tol = tol_of(dt);
+    printf("  %-52s %-4s rel L2 %.3e (tol %.0e), %lld of %lld differ%s\n", what, mc_dtype_name(dt), err, tol,
+           (long long)differ, (long long)n, err < tol ? "" : "  <-- FAIL");
+    CHECK(err < tol && !isnan(err), "%s (%s): v2 vs MC_NORM_V1=1 relative L2 %.3e >= %.0e", what, mc_dtype_name(dt),
+          err, tol);
+}
+
+/* The forward and the backward (dx +=, dw +=, db +=, y rewritten) with the pipelined
+ * kernels and with MC_NORM_V1=1, compared output by output. */
+static void norm_v1_case(int64_t N, int64_t h, bool layernorm, mc_dtype dt) {
+    float eps = 1e-5f;
+    float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
+    float *b = as_dtype(rnd(h, 1.0f), h, dt), *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
+    for (int64_t i = 0; i < N * h; i += 3) x[i] += 0.5f; /* a nonzero mean */
+    as_dtype(x, N * h, dt);
+    float *dx0 = as_dtype(rnd(N * h, 1.0f), N * h, dt), *dw0 = rnd(h, 1.0f), *db0 = rnd(h, 1.0f);
+    mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
+    mc_tensor gdy = mk2(gpu, dt, dy, N, h);
+    float *out[2][7]; /* [v2, v1][y, mean, rstd, dx, rewritten y, dw, db] */
+    char *saved = save_norm_v1();
+    for (int v1 = 0; v1 < 2; v1++) {
+        mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
+        mc_tensor gdx = mk2(gpu, dt, dx0, N, h), gyre = mk2(gpu, dt, NULL, N, h);
+        mc_tensor gdw = mk1(gpu, F32, dw0, h), gdb = mk1(gpu, F32, db0, h);
+        set_norm_v1(v1);
+        if (layernorm) {
+            gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, &gb, eps);
+            gpu->layernorm_bwd(gpu, &gdx, &gdw, &gdb, &gyre, &gdy, &gx, &gw, &gb, &gm, &gr);
+        } else {
+            gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
+            gpu->rmsnorm_bwd(gpu, &gdx, &gdw, &gyre, &gdy, &gx, &gw, &gr);
+        }
+        out[v1][0] = dl(gpu, &gy), out[v1][1] = layernorm ? dl(gpu, &gm) : NULL, out[v1][2] = dl(gpu, &gr);
+        out[v1][3] = dl(gpu, &gdx), out[v1][4] = dl(gpu, &gyre), out[v1][5] = dl(gpu, &gdw);
+        out[v1][6] = layernorm ? dl(gpu, &gdb) : NULL;
+    }
+    restore_norm_v1(saved);
+    static const char *names[7] = {"fwd y", "fwd mean", "fwd rstd", "bwd dx +=", "bwd rewritten y", "bwd dw +=",
+                                   "bwd db +="};
+    const int64_t sizes[7] = {N * h, N, N, N * h, N * h, h, h};
+    for (int k = 0; k < 7; k++) {
+        if (!out[0][k]) continue;
+        char what[128];
+        snprintf(what, sizeof what, "%s N=%lld h=%lld %s vs MC_NORM_V1=1", layernorm ? "layernorm" : "rmsnorm",
+                 (long long)N, (long long)h, names[k]);
+        cmp_v1(what, dt, out[0][k], out[1][k], sizes[k]);
+    }
+    release_all();
+}
+
 static void test_norms(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -708,36 +786,63 @@ static void test_norms(void) {
         norm_case(67, 100, true, false, dt);  /* block per row, scalar path, no bias */
         norm_case(67, 256, false, false, dt); /* rmsnorm */
         norm_case(45, 97, false, false, dt);
-        norm_case(300, 768, true, true, dt);    /* warp per row, lanes with 3 of 4 groups (GPT-2's width) */
+        norm_case(300, 768, true, true, dt);    /* warp per row, 3 groups a lane (GPT-2's width) */
         norm_case(130, 1024, false, false, dt); /* warp per row, 4 groups per lane */
         norm_case(40, 2048, true, true, dt);    /* register rows, one row per block */
         norm_case(3000, 2048, false, false, dt); /* register rows, several a block (Llama's rmsnorm) */
         norm_case(2500, 1032, true, true, dt);   /* register rows, threads past the row's groups */
         norm_case(16, 8192, true, true, dt);   /* partials in shared memory, big rows */
         norm_case(5, 30000, false, false, dt); /* partials in global memory (8 h > shared limit) */
+        /* the pipelined kernels (forward: rows of up to 2048 in 16-byte groups; backward: up
+         * to 1024, 512 in F32): many rows a warp, row counts no multiple of a block's warps,
+         * 1 to 8 groups a lane, lanes past the row's groups */
+        norm_case(20011, 768, true, true, dt);   /* GPT-2's width: forward ~5 rows a warp, backward ~13 */
+        norm_case(4099, 1024, true, true, dt);   /* 4 groups a lane (F32 backward: register rows) */
+        norm_case(2047, 512, true, false, dt);   /* 2 groups a lane, no bias */
+        norm_case(5001, 256, false, false, dt);  /* 1 group a lane */
+        norm_case(3001, 128, true, true, dt);    /* 16 groups: lanes 16-31 hold nothing */
+        norm_case(999, 264, true, true, dt);     /* 33 groups: only lane 0 holds a second */
+        norm_case(777, 8, true, true, dt);       /* one group: only lane 0 holds anything */
+        norm_case(9001, 2048, false, false, dt); /* Llama's rmsnorm: forward 8 groups a lane, ~3 rows a warp */
+        norm_case(5003, 2048, true, true, dt);   /* the same with LayerNorm's mean and bias */
+        norm_case(1000, 1536, true, true, dt);   /* forward 6 of 8 groups a lane; backward register rows */
+        norm_case(100, 2056, true, true, dt);    /* 257 groups: past the pipelined forward, three-pass kernel */
+        /* the pipelined kernels against MC_NORM_V1=1's */
+        norm_v1_case(20011, 768, true, dt);
+        norm_v1_case(4099, 1024, false, dt);
+        norm_v1_case(999, 264, true, dt);
+        norm_v1_case(9001, 2048, false, dt);
     }
 }
 
-/* dx aliasing dy, as the model's residual-stream backward may do */
+/* dx aliasing dy, as the model's residual-stream backward may do; 4001 x 768 in BF16 and
+ * F16: the pipelined backward, which loads the next row's dy and dx before it writes this
+ * row's dx */
 static void test_norm_alias(void) {
-    int64_t N = 31, h = 128;
-    for (int k = 0; k < NDTYPES; k++) {
-        mc_dtype dt = k_dtypes[k];
-        float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
-        float *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
-        mc_tensor cx = mk2(cpu, F32, x, N, h), cw = mk1(cpu, F32, w, h), cy = mk2(cpu, F32, NULL, N, h);
-        mc_tensor cr = mk1(cpu, F32, NULL, N), cd = mk2(cpu, F32, dy, N, h), cdw = mk1(cpu, F32, NULL, h);
-        mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gy = mk2(gpu, dt, NULL, N, h);
-        mc_tensor gr = mk1(gpu, F32, NULL, N), gd = mk2(gpu, dt, dy, N, h), gdw = mk1(gpu, F32, NULL, h);
-        cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
-        gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
-        mc_tensor none = mc_tensor_none();
-        cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &cd, &cx, &cw, &cr);
-        gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &gd, &gx, &gw, &gr);
-        cmp("rmsnorm_bwd dx aliasing dy", dt, dl(gpu, &gd), cd.data, N * h);
-        cmp("rmsnorm_bwd dw (dx aliasing dy)", dt, dl(gpu, &gdw), cdw.data, h);
+    const int64_t shapes[2][2] = {{31, 128}, {4001, 768}};
+    for (int si = 0; si < 2; si++) {
+        const int64_t N = shapes[si][0], h = shapes[si][1];
+        for (int k = 0; k < NDTYPES; k++) {
+            mc_dtype dt = k_dtypes[k];
+            float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
+            float *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
+            mc_tensor cx = mk2(cpu, F32, x, N, h), cw = mk1(cpu, F32, w, h), cy = mk2(cpu, F32, NULL, N, h);
+            mc_tensor cr = mk1(cpu, F32, NULL, N), cd = mk2(cpu, F32, dy, N, h), cdw = mk1(cpu, F32, NULL, h);
+            mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gy = mk2(gpu, dt, NULL, N, h);
+            mc_tensor gr = mk1(gpu, F32, NULL, N), gd = mk2(gpu, dt, dy, N, h), gdw = mk1(gpu, F32, NULL, h);
+            cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
+            gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
+            mc_tensor none = mc_tensor_none();
+            cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &cd, &cx, &cw, &cr);
+            gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &gd, &gx, &gw, &gr);
+            char what[96];
+            snprintf(what, sizeof what, "rmsnorm_bwd dx aliasing dy (N=%lld h=%lld)", (long long)N, (long long)h);
+            cmp(what, dt, dl(gpu, &gd), cd.data, N * h);
+            snprintf(what, sizeof what, "rmsnorm_bwd dw (dx aliasing dy, N=%lld h=%lld)", (long long)N, (long long)h);
+            cmp(what, dt, dl(gpu, &gdw), cdw.data, h);
+        }
+        release_all();
     }
-    release_all();
 }
 
 /* ======================================================================= rope */
@@ -1256,6 +1361,47 @@ static void bench_all(void) {
     BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, gpu->dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
     BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
     release_all();
+
+    { /* the norms at GPT-2's (LayerNorm with bias, 65536 x 768) and Llama's (RMSNorm, 8192 x
+       * 2048) training shapes, each line with the pipelined kernels and then with MC_NORM_V1=1
+       * (the kernels before them); the backward as training calls it, rewriting y */
+        const int64_t ng = 65536, hg = 768, nl = 8192, hl = 2048;
+        mc_tensor xg = mk2(gpu, BF16, NULL, ng, hg), yg = mk2(gpu, BF16, NULL, ng, hg);
+        mc_tensor dyg = mk2(gpu, BF16, NULL, ng, hg), dxg = mk2(gpu, BF16, NULL, ng, hg);
+        mc_tensor wg = mk1(gpu, BF16, NULL, hg), bg = mk1(gpu, BF16, NULL, hg);
+        mc_tensor mg = mk1(gpu, F32, NULL, ng), rg = mk1(gpu, F32, NULL, ng);
+        mc_tensor dwg = mk1(gpu, F32, NULL, hg), dbg = mk1(gpu, F32, NULL, hg);
+        mc_tensor xl = mk2(gpu, BF16, NULL, nl, hl), yl = mk2(gpu, BF16, NULL, nl, hl);
+        mc_tensor dyl = mk2(gpu, BF16, NULL, nl, hl), dxl = mk2(gpu, BF16, NULL, nl, hl);
+        mc_tensor wl = mk1(gpu, BF16, NULL, hl), rl = mk1(gpu, F32, NULL, nl), dwl = mk1(gpu, F32, NULL, hl);
+        gpu->fill(gpu, &xg, 0.5), gpu->fill(gpu, &wg, 1.0), gpu->fill(gpu, &bg, 0.1), gpu->fill(gpu, &dyg, 0.01);
+        gpu->fill(gpu, &xl, 0.5), gpu->fill(gpu, &wl, 1.0), gpu->fill(gpu, &dyl, 0.01);
+        char *saved = save_norm_v1();
+        char nm[96];
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "layernorm_fwd [65536, 768]%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 2 * ng * hg * e, 0, gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "layernorm_bwd [65536, 768] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 5 * ng * hg * e, 0,
+                  gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "rmsnorm_fwd [8192, 2048]%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
+        }
+        for (int v1 = 0; v1 < 2; v1++) {
+            set_norm_v1(v1);
+            snprintf(nm, sizeof nm, "rmsnorm_bwd [8192, 2048] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
+            BENCH(nm, 5 * nl * hl * e, 0, gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &yl, &dyl, &xl, &wl, &rl));
+        }
+        restore_norm_v1(saved);
+        release_all();
+    }
 
     mc_tensor f1 = mk2(gpu, BF16, NULL, N, 2 * ffn), act = mk2(gpu, BF16, NULL, N, ffn), df1 = mk2(gpu, BF16, NULL, N, 2 * ffn);
     gpu->fill(gpu, &f1, 0.3);

@@ -7,11 +7,16 @@
  *   rmsnorm:   dx += rstd (g - xhat mean(g xhat))
  * and dw += sum_rows dy xhat, db += sum_rows dy into F32.
  *
- * Forward: one warp per row, the row read three times (sum, centred sum of squares, write;
- * the re-reads hit L1/L2), so the variance is two-pass as on the CPU.
- * Backward, rows of at most 1024 in 16-byte groups: one warp per row (see
- * norm_bwd_warp_kernel); rows of up to 4096 in 16-byte groups: one thread per group, the
- * block's rows streamed through registers (norm_bwd_row_kernel). Other rows: a fixed grid
+ * Forward: one warp per row. Rows of at most 2048 in 16-byte groups (GPT-2's 768, Llama's
+ * 2048): the row held in registers and the next row's loads issued before this row's warp
+ * sums (norm_fwd_pipe_kernel); other rows: the row read three times (sum, centred sum of
+ * squares, write; the re-reads hit L1/L2; norm_fwd_kernel). Either way the variance is
+ * two-pass as on the CPU, with the same arithmetic, so the two kernels agree.
+ * Backward, rows of at most 1024 in 16-byte groups: one warp per row, the row's x, dy and
+ * dx in registers and the next row's loaded before this row's sums
+ * (norm_bwd_warp_pipe_kernel; F32 rows of at most 512 only, see launch_bwd); rows of up to
+ * 4096 in 16-byte groups: one thread per group, the block's rows streamed through registers
+ * (norm_bwd_row_kernel). Other rows: a fixed grid
  * of blocks, each owning a fixed set of
  * rows (row = block, block + grid, ...); a block processes one row at a time with all its
  * threads (a block-wide sum of g and g xhat), and each thread owns fixed columns, so it
@@ -21,10 +26,19 @@
  * then the lanes in order): deterministic, no atomics. dx may alias dy (each element is
  * read before the same thread writes it). The backward's second pass can also write the
  * forward's output y again (selective recomputation), through norm_out as the forward, so
- * bit for bit. */
+ * bit for bit.
+ *
+ * MC_NORM_V1=1 (any value but "" and "0") selects the kernels as they were before the
+ * pipelined ones: norm_fwd_kernel for every forward, norm_bwd_warp_kernel (which loads dx
+ * only after the sums, and x and dy again) for the backward's rows of at most 1024 in
+ * 16-byte groups, F32 ones too. It exists for one A/B timing on an H200 and goes after it,
+ * with norm_bwd_warp_kernel, which only it reaches. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_internal.h"
 
-enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
+enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256, NORM_PIPE_THREADS = 128 };
 
 /* One output element, (x - mean) rstd w (+ b): the forward and the backward's rewrite of y
  * share it, so both round alike. Every product and sum is rounded on its own (the _rn
@@ -33,6 +47,57 @@ enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256 };
 __device__ __forceinline__ float norm_out(float v, float mean, float rstd, float w, bool has_b, float b) {
     const float o = __fmul_rn(__fmul_rn(__fsub_rn(v, mean), rstd), w);
     return has_b ? __fadd_rn(o, b) : o;
+}
+
+/* 8 elements of a row as loaded (16 bytes, 32 in F32), converted to F32 only where used, so
+ * that a row's loads can be in flight while the previous row is reduced. */
+template <typename T>
+struct norm_raw8 { /* BF16 */
+    uint4 u;
+    __device__ __forceinline__ void load(const T *p) { u = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ void get(float v[8]) const {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[2 * i] = mc_bf16lo(w[i]), v[2 * i + 1] = mc_bf16hi(w[i]);
+    }
+};
+template <>
+struct norm_raw8<__half> {
+    uint4 u;
+    __device__ __forceinline__ void load(const __half *p) { u = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ void get(float v[8]) const {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[2 * i] = mc_f16lo(w[i]), v[2 * i + 1] = mc_f16hi(w[i]);
+    }
+};
+template <>
+struct norm_raw8<float> {
+    float4 a, b;
+    __device__ __forceinline__ void load(const float *p) {
+        a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    }
+    __device__ __forceinline__ void get(float v[8]) const {
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+};
+
+/* w or b (h elements, 16-byte aligned, h a multiple of 8) into shared memory as it is, 16
+ * bytes a thread at a time: a warp reading its lanes' groups back then touches consecutive
+ * 16-byte words, no bank conflicts (2-way in F32, whose group is 32 bytes). */
+template <typename T>
+__device__ __forceinline__ void norm_stage_param(T *dst, const T *src, int64_t h) {
+    const uint4 *s = reinterpret_cast<const uint4 *>(src);
+    uint4 *d = reinterpret_cast<uint4 *>(dst);
+    for (int64_t i = threadIdx.x; i < h * (int64_t)sizeof(T) / 16; i += blockDim.x) d[i] = s[i];
+}
+
+/* MC_NORM_V1 set to anything but "" or "0": the kernels as they were before the pipelined
+ * ones (see the banner). Read at every call, one getenv a launch, so that the tests can run
+ * both in one process. */
+static bool norm_use_v1(void) {
+    const char *e = getenv("MC_NORM_V1");
+    return e && e[0] && strcmp(e, "0") != 0;
 }
 
 /* ---- forward ---- */
@@ -86,12 +151,156 @@ __global__ void norm_fwd_kernel(T *y, float *mean_out, float *rstd_out, const T 
     }
 }
 
+/* Bytes in flight: how the pipelined kernels (this forward, norm_bwd_warp_pipe_kernel) are
+ * sized; reasoned, not timed yet. An H200 streams ~4.3 TB/s over 132 SMs, ~32 KB per us an
+ * SM, so at ~1 us of loaded DRAM latency each SM needs ~32 KB of loads on the way. A warp
+ * that issues row i + 1's loads before it waits for row i has one to two rows in flight
+ * and finishes two rows per latency; the three-pass forward and norm_bwd_warp_kernel have
+ * at most one row in flight and wait twice or more per row. The registers (cuobjdump,
+ * sm_90a, bf16; allocated 8 a thread at a time) decide the warps per SM:
+ *   forward, GPT-2's LayerNorm, h 768 (GPL 3): 62 registers, 8 blocks of 4 warps, 32 warps
+ *     x 1.5 KB a row = 48-96 KB;
+ *   forward, Llama's RMSNorm, h 2048 (GPL 8): 93 registers, 5 blocks, 20 warps x 4 KB =
+ *     80-160 KB;
+ *   backward, GPT-2's 768 (GPL 3): 162 registers, 3 blocks, 12 warps x 4.6 KB (x, dy, dx)
+ *     = 55-110 KB; the stores (dx, y) leave without a wait and hold nothing up.
+ * So one row ahead is enough. Loading two rows ahead (or working on two rows a warp) would
+ * cost the backward 36 more registers a lane, 12 warps an SM down to 8, for about the same
+ * bytes, and is not done. Blocks of 4 warps, not 8: at 162 registers an SM holds 3 blocks
+ * of 128 threads (12 warps) but only 1 of 256 (8). The grid is one wave of resident blocks
+ * (the occupancy calculator's count): each warp streams many rows (the GPT-2 backward:
+ * 65536 rows / (132 x 12) warps, ~41) and pays the pipeline's first, unhidden trip once,
+ * where a grid of several waves (the three-pass forward's cap is 32 blocks an SM) would pay
+ * it once a wave (and in the backward add dw/db partial rows). The shortest stream, Llama's
+ * forward, is 8192 rows over 132 x 20 warps, ~3 a warp: the first trip is a third of each
+ * warp's, but at the start every warp has two rows on the way, 160 KB an SM, so even that
+ * start is bandwidth-bound. */
+
+/* Forward for rows in whole 16-byte groups, at most 32 GPL of them: one warp per row over
+ * rows warp, warp + warps, ... of a grid that is resident at once. Lane l holds groups l,
+ * l + 32, ... of its row in registers as loaded (norm_raw8), and the next row's loads are
+ * issued before this row's warp sums, so a warp has a row on its way from memory while it
+ * reduces the one before: one trip to memory per row, overlapped, instead of norm_fwd_kernel's
+ * three passes each behind a reduction. The statistics are norm_fwd_kernel's term for term
+ * (each lane adds its groups in the same order, the same warp tree, the same double divide
+ * and sqrt), so the two agree bit for bit; w and b sit in shared memory as loaded. */
+template <typename T, bool LN, int GPL>
+__global__ void __launch_bounds__(NORM_PIPE_THREADS)
+    norm_fwd_pipe_kernel(T *y, float *mean_out, float *rstd_out, const T *x, const T *w, const T *b, int64_t n,
+                         int64_t h, float eps) {
+    extern __shared__ uint4 norm_fwd_params_s[]; /* w [h], then b [h] (LayerNorm with bias), of T */
+    T *w_s = reinterpret_cast<T *>(norm_fwd_params_s), *b_s = w_s + h;
+    norm_stage_param(w_s, w, h);
+    if (LN && b) norm_stage_param(b_s, b, h);
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t groups = h / 8, nw = blockDim.x >> 5, warps = (int64_t)gridDim.x * nw;
+    int64_t row = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5);
+    norm_raw8<T> cur[GPL] = {}; /* this row's groups lane + 32 k (those past the row stay zero, unused) */
+    if (row < n)
+#pragma unroll
+        for (int k = 0; k < GPL; k++)
+            if (lane + 32 * k < groups) cur[k].load(x + row * h + (lane + 32 * k) * 8);
+    for (; row < n; row += warps) {
+        const int64_t next = row + warps;
+        norm_raw8<T> nxt[GPL] = {};
+        if (next < n)
+#pragma unroll
+            for (int k = 0; k < GPL; k++)
+                if (lane + 32 * k < groups) nxt[k].load(x + next * h + (lane + 32 * k) * 8);
+        float mean = 0.0f;
+        if (LN) {
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < GPL; k++) {
+                if (lane + 32 * k >= groups) break;
+                float v[8];
+                cur[k].get(v);
+#pragma unroll
+                for (int j = 0; j < 8; j++) s += v[j];
+            }
+            s = mc_warp_sum(s);
+            mean = (float)((double)s / (double)h);
+        }
+        float sq = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            if (lane + 32 * k >= groups) break;
+            float v[8];
+            cur[k].get(v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float d = v[j] - mean;
+                sq += d * d;
+            }
+        }
+        sq = mc_warp_sum(sq);
+        const float rstd = (float)(1.0 / sqrt((double)sq / (double)h + (double)eps));
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float v[8], wv[8], bv[8] = {};
+            norm_raw8<T> pw, pb;
+            cur[k].get(v);
+            pw.load(w_s + g * 8);
+            pw.get(wv);
+            if (LN && b) pb.load(b_s + g * 8), pb.get(bv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] = norm_out(v[j], mean, rstd, wv[j], LN && b, bv[j]);
+            mc_store8(y + row * h + g * 8, v);
+        }
+        if (lane == 0) {
+            if (LN && mean_out) mean_out[row] = mean;
+            if (rstd_out) rstd_out[row] = rstd;
+        }
+#pragma unroll
+        for (int k = 0; k < GPL; k++) cur[k] = nxt[k];
+    }
+}
+
+/* The pipelined forward with GPL groups per lane: blocks of NORM_PIPE_THREADS, as many as
+ * are resident at once (the occupancy calculator's count, once per instantiation and
+ * device), so every warp streams many rows and pays the pipeline's first trip once. */
+template <typename T, bool LN, int GPL>
+static void launch_fwd_pipe(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x,
+                            const T *w, const T *b, int64_t n, int64_t h, float eps) {
+    static int blocks_per_sm[64]; /* per device */
+    const size_t smem = 2 * (size_t)h * sizeof(T);
+    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
+    if (per_sm == 0) {
+        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_fwd_pipe_kernel<T, LN, GPL>,
+                                                                     NORM_PIPE_THREADS, smem),
+                      op);
+        if (per_sm < 1) per_sm = 1;
+        if (bps) *bps = per_sm;
+    }
+    const int64_t nw = NORM_PIPE_THREADS / 32;
+    int64_t grid = (int64_t)st->sm_count * per_sm;
+    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
+    norm_fwd_pipe_kernel<T, LN, GPL>
+        <<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(y, mean, rstd, x, w, b, n, h, eps);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* Rows in whole 16-byte groups of at most 2048 elements (256 groups, 8 a lane; Llama's 2048
+ * and GPT-2's 768 among them): the pipelined kernel; other rows, or MC_NORM_V1: the
+ * three-pass one. */
 template <typename T, bool LN>
 static void launch_fwd(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x, const T *w,
                        const T *b, int64_t n, int64_t h, float eps) {
     if (n == 0 || h == 0) return;
     bool vec = h % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
                (!b || mc_cuda_aligned16(b));
+    if (vec && h / 8 <= 32 * 8 && !norm_use_v1()) {
+        const int64_t groups = h / 8;
+        if (groups <= 32) launch_fwd_pipe<T, LN, 1>(st, op, y, mean, rstd, x, w, b, n, h, eps);
+        else if (groups <= 64) launch_fwd_pipe<T, LN, 2>(st, op, y, mean, rstd, x, w, b, n, h, eps);
+        else if (groups <= 96) launch_fwd_pipe<T, LN, 3>(st, op, y, mean, rstd, x, w, b, n, h, eps);
+        else if (groups <= 128) launch_fwd_pipe<T, LN, 4>(st, op, y, mean, rstd, x, w, b, n, h, eps);
+        else launch_fwd_pipe<T, LN, 8>(st, op, y, mean, rstd, x, w, b, n, h, eps);
+        return;
+    }
     const int rows_per_block = NORM_FWD_THREADS / 32;
     int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
     int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / NORM_FWD_THREADS) * 4;
@@ -265,38 +474,131 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS)
     }
 }
 
-/* 16 bytes of a row as loaded, converted to F32 only where used, so that a row's loads can
- * be in flight while the previous row is reduced. */
-template <typename T>
-struct norm_raw8 { /* BF16 */
-    uint4 u;
-    __device__ __forceinline__ void load(const T *p) { u = *reinterpret_cast<const uint4 *>(p); }
-    __device__ __forceinline__ void get(float v[8]) const {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+/* The warp-per-row backward with the loads pipelined, as norm_bwd_row_kernel does for a
+ * block: lane l holds groups l, l + 32, ... of its row's x, dy and dx in registers as
+ * loaded (dx loaded with x and dy, not after the sums), and the next row's x, dy, dx, mean
+ * and rstd are loaded before this row's warp sums, so each row is one trip to memory that
+ * overlaps the previous row's arithmetic; norm_bwd_warp_kernel makes two dependent trips
+ * (x and dy, the sums, then dx and the L1 re-reads) with nothing of the next row in flight.
+ * The arithmetic is norm_bwd_warp_kernel's term for term (w in shared memory as loaded
+ * converts to the same F32 values); the dw/db partial rows and their reduction are the
+ * same. dx may alias dy: a lane loads both of a row's groups before it writes that dx. */
+template <typename T, bool LN, int GPL>
+__global__ void __launch_bounds__(NORM_PIPE_THREADS)
+    norm_bwd_warp_pipe_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
+                              const T *b, const float *mean, const float *rstd, int64_t n, int64_t h, bool want_w,
+                              bool want_b) {
+    extern __shared__ uint4 norm_bwd_params_s[]; /* w [h], then b [h] (rewriting a LayerNorm's y with bias), of T */
+    T *w_s = reinterpret_cast<T *>(norm_bwd_params_s), *b_s = w_s + h;
+    norm_stage_param(w_s, w, h);
+    if (LN && b && y) norm_stage_param(b_s, b, h);
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t groups = h / 8, nw = blockDim.x >> 5;
+    const int64_t part = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5), parts = (int64_t)gridDim.x * nw;
+    float aw[GPL][8], ab[GPL][8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[2 * i] = mc_bf16lo(w[i]), v[2 * i + 1] = mc_bf16hi(w[i]);
-    }
-};
-template <>
-struct norm_raw8<__half> {
-    uint4 u;
-    __device__ __forceinline__ void load(const __half *p) { u = *reinterpret_cast<const uint4 *>(p); }
-    __device__ __forceinline__ void get(float v[8]) const {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < GPL; k++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[2 * i] = mc_f16lo(w[i]), v[2 * i + 1] = mc_f16hi(w[i]);
+        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
+    /* this row's groups lane + 32 k (those past the row, and dx without dx, stay zero, unused) */
+    norm_raw8<T> rx[GPL] = {}, rdy[GPL] = {}, rdx[GPL] = {};
+    int64_t row = part;
+    float m = 0.0f, r = 0.0f;
+    if (row < n) {
+        m = LN ? mean[row] : 0.0f, r = rstd[row];
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            if (lane + 32 * k >= groups) break;
+            const int64_t off = row * h + (lane + 32 * k) * 8;
+            rx[k].load(x + off), rdy[k].load(dy + off);
+            if (dx) rdx[k].load(dx + off);
+        }
     }
-};
-template <>
-struct norm_raw8<float> {
-    float4 a, b;
-    __device__ __forceinline__ void load(const float *p) {
-        a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    for (; row < n; row += parts) {
+        const int64_t next = row + parts;
+        norm_raw8<T> nx[GPL] = {}, ndy[GPL] = {}, ndx[GPL] = {};
+        float nm = 0.0f, nr = 0.0f;
+        if (next < n) {
+            nm = LN ? mean[next] : 0.0f, nr = rstd[next];
+#pragma unroll
+            for (int k = 0; k < GPL; k++) {
+                if (lane + 32 * k >= groups) break;
+                const int64_t off = next * h + (lane + 32 * k) * 8;
+                nx[k].load(x + off), ndy[k].load(dy + off);
+                if (dx) ndx[k].load(dx + off);
+            }
+        }
+        float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GPL; k++) {
+            const int64_t g = lane + 32 * k;
+            if (g >= groups) break;
+            float xv[8], dv[8], wv[8];
+            norm_raw8<T> pw;
+            rx[k].get(xv);
+            rdy[k].get(dv);
+            pw.load(w_s + g * 8);
+            pw.get(wv);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float xhat = (xv[j] - m) * r, gg = dv[j] * wv[j];
+                sum_g += gg;
+                sum_gx += gg * xhat;
+                aw[k][j] += dv[j] * xhat;
+                ab[k][j] += dv[j];
+            }
+        }
+        sum_g = mc_warp_sum(sum_g);
+        sum_gx = mc_warp_sum(sum_gx);
+        if (dx || y) {
+            const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
+            const float mean_gx = (float)((double)sum_gx / (double)h);
+#pragma unroll
+            for (int k = 0; k < GPL; k++) {
+                const int64_t g = lane + 32 * k;
+                if (g >= groups) break;
+                float xv[8], wv[8], o[8];
+                norm_raw8<T> pw;
+                rx[k].get(xv);
+                pw.load(w_s + g * 8);
+                pw.get(wv);
+                if (dx) {
+                    float dv[8];
+                    rdy[k].get(dv);
+                    rdx[k].get(o);
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const float xhat = (xv[j] - m) * r;
+                        o[j] += r * (dv[j] * wv[j] - mean_g - xhat * mean_gx);
+                    }
+                    mc_store8(dx + row * h + g * 8, o);
+                }
+                if (y) {
+                    float bv[8] = {};
+                    if (LN && b) {
+                        norm_raw8<T> pb;
+                        pb.load(b_s + g * 8);
+                        pb.get(bv);
+                    }
+#pragma unroll
+                    for (int j = 0; j < 8; j++) o[j] = norm_out(xv[j], m, r, wv[j], LN && b, bv[j]);
+                    mc_store8(y + row * h + g * 8, o);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GPL; k++) rx[k] = nx[k], rdy[k] = ndy[k], rdx[k] = ndx[k];
+        m = nm, r = nr;
     }
-    __device__ __forceinline__ void get(float v[8]) const {
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+#pragma unroll
+    for (int k = 0; k < GPL; k++) {
+        const int64_t g = lane + 32 * k;
+        if (g >= groups) break;
+        if (want_w) mc_store8(part_w + part * h + g * 8, aw[k]);
+        if (want_b) mc_store8(part_b + part * h + g * 8, ab[k]);
     }
-};
+}
 
 /* Backward for rows of up to 512 16-byte groups (Llama's 2048 in bf16: 256 threads): one
  * thread per group, a block per row at a time over rows block, block + grid, ... The block
@@ -456,6 +758,37 @@ static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, T *y, floa
     }
 }
 
+/* The pipelined warp-per-row kernel: blocks of NORM_PIPE_THREADS, as many as are resident
+ * at once (the registers decide), then the partial rows added as below. */
+template <typename T, bool LN, int GPL>
+static void launch_bwd_warp_pipe(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
+                                 const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
+                                 int64_t h) {
+    static int blocks_per_sm[64]; /* per device: from the occupancy calculator, once */
+    const size_t smem = 2 * (size_t)h * sizeof(T);
+    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
+    if (per_sm == 0) {
+        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_warp_pipe_kernel<T, LN, GPL>,
+                                                                     NORM_PIPE_THREADS, smem),
+                      op);
+        if (per_sm < 1) per_sm = 1;
+        if (bps) *bps = per_sm;
+    }
+    const int64_t nw = NORM_PIPE_THREADS / 32;
+    int64_t grid = (int64_t)st->sm_count * per_sm;
+    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
+    const int64_t parts = grid * nw;
+    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
+    float *pw = part, *pb = part + parts * h;
+    norm_bwd_warp_pipe_kernel<T, LN, GPL><<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(
+        dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h, dw != NULL, db != NULL);
+    MC_CUDA_LAUNCHED(st, op);
+    if (dw || db) {
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, parts, h);
+        MC_CUDA_LAUNCHED(st, op);
+    }
+}
+
 /* The register-row kernel: blocks of the row's groups (rounded up to whole warps), a fixed
  * grid (the occupancy the registers allow), then the partial rows added as below. */
 template <typename T, bool LN>
@@ -493,8 +826,23 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     const bool vec16 = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
                        (!dx || mc_cuda_aligned16(dx)) && (!y || mc_cuda_aligned16(y)) && (!b || mc_cuda_aligned16(b));
     /* rows of at most 1024: one warp per row (GPT-2's 768: 2.2x faster than a block per
-     * row on an H200; at 2048 the block kernel was faster, 65 vs 83 us per 8192 rows) */
-    if (vec16 && h <= 32 * 8 * 4) {
+     * row on an H200; at 2048 the block kernel was faster, 65 vs 83 us per 8192 rows). In
+     * the pipelined kernel a lane holds two rows of x, dy and dx and its dw/db sums: F32
+     * groups, twice the registers, spill past 2 a lane (GPL 4: 255 registers and a stack),
+     * so F32 rows of 513 to 1024 take the register-row kernel below (F32 on a GPU is the
+     * exact mode, not the one tuned here); gpl3's clamp keeps F32 instances of GPL 3 and 4
+     * from being compiled (their branches are never taken). */
+    constexpr int max_gpl = sizeof(T) == 2 ? 4 : 2, gpl3 = max_gpl < 3 ? max_gpl : 3;
+    const bool v1 = norm_use_v1();
+    if (vec16 && h / 8 <= 32 * max_gpl && !v1) {
+        const int64_t groups = h / 8;
+        if (groups <= 32) launch_bwd_warp_pipe<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        else if (groups <= 64) launch_bwd_warp_pipe<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        else if (groups <= 96) launch_bwd_warp_pipe<T, LN, gpl3>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        else launch_bwd_warp_pipe<T, LN, max_gpl>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        return;
+    }
+    if (vec16 && h <= 32 * 8 * 4 && v1) {
         const int64_t groups = h / 8;
         if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
