@@ -1387,10 +1387,33 @@ static void bench_all(void) {
         BENCH("xent_rowstats [4096, 50304]", n * V2 * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         BENCH("xent_loss_grad [4096, 50304] in place", 2 * n * V2 * e, 0,
               gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
-        BENCH("xent_fused [4096, 50304] in place", 2 * n * V2 * e, 0,
-              gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
+    /* xent_fused on the two head chunks of training, the one-cluster-a-row kernel
+     * (MC_XENT_FUSED_V1=1) and the streaming kernel side by side, twice each, alternating */
+    const int64_t chunks[2][2] = {{4096, 50304}, {2048, 128256}};
+    const char *v1_env = getenv("MC_XENT_FUSED_V1");
+    char *v1_saved = v1_env ? strdup(v1_env) : NULL;
+    for (int c = 0; c < 2; c++) {
+        const int64_t n = chunks[c][0], vv = chunks[c][1];
+        mc_tensor lg = mk2(gpu, BF16, NULL, n, vv), loss = mk1(gpu, F32, NULL, n);
+        mc_tensor tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
+        gpu->fill(gpu, &lg, 0.1);
+        gpu->fill(gpu, &mask, 1.0);
+        for (int r = 0; r < 4; r++) {
+            const bool v1 = r % 2 == 0;
+            if (v1) setenv("MC_XENT_FUSED_V1", "1", 1);
+            else unsetenv("MC_XENT_FUSED_V1");
+            char nm[96];
+            snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place %s", (long long)n, (long long)vv,
+                     v1 ? "v1" : "streaming");
+            BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
+        }
+        release_all();
+    }
+    if (v1_saved) setenv("MC_XENT_FUSED_V1", v1_saved, 1);
+    else unsetenv("MC_XENT_FUSED_V1");
+    free(v1_saved);
     {
         mc_tensor tab = mk2(gpu, BF16, NULL, V, h), out = mk2(gpu, BF16, NULL, N, h), dt = mk2(gpu, F32, NULL, V, h);
         int32_t *ids = halloc(sizeof(int32_t) * N);
