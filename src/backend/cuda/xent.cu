@@ -438,13 +438,15 @@ __device__ __forceinline__ void xent_bulk_wait_read() { asm volatile("cp.async.b
 __device__ __forceinline__ void xent_bulk_wait_done() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 /* this thread's ordinary shared-memory accesses ordered with the copy engine's */
 __device__ __forceinline__ void xent_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* The cluster barrier, every thread of the cluster arriving once and then waiting: `release`
- * orders this thread's earlier writes before the others' reads after their wait (the
- * arrival without it spares the threads that published nothing a GPU-wide MEMBAR). */
+/* The cluster barrier, every warp of the cluster arriving once, converged, and then waiting.
+ * `release` (the same in all lanes of a warp) orders the warp's earlier writes before the
+ * reads of any thread past the wait; the warps that published nothing arrive without it,
+ * sparing them a GPU-wide MEMBAR. */
 __device__ __forceinline__ void xent_cluster_barrier(bool release) {
-    if (release) asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-    else asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+    __syncwarp();
+    if (release) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    else asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 template <typename T, int C>
@@ -531,7 +533,7 @@ __global__ void __launch_bounds__(XENT_STREAM_THREADS, XENT_STREAM_MIN_BLOCKS)
         float tl = 0.0f; /* the target's logit, in thread 0 of the block that holds it */
         if (C > 1) {
             cg::cluster_group cluster = cg::this_cluster();
-            xent_cluster_barrier(threadIdx.x == 0); /* every block's pair of this row is published */
+            xent_cluster_barrier(warp == 0); /* every block's pair of this row is published */
             if (threadIdx.x == 0) {
                 m = -INFINITY, s = 0.0f; /* (-inf, 0) combined with pair 0 is pair 0 exactly */
 #pragma unroll
@@ -575,7 +577,7 @@ __global__ void __launch_bounds__(XENT_STREAM_THREADS, XENT_STREAM_MIN_BLOCKS)
         }
     }
     if (lane == 0) xent_bulk_wait_done();
-    if (C > 1) cg::this_cluster().sync(); /* no exit while another block may read `part` */
+    if (C > 1) xent_cluster_barrier(warp == 0); /* no exit while another block may read `part` */
 }
 
 /* ---- entries ---- */
