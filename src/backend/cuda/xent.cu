@@ -402,17 +402,25 @@ __device__ __forceinline__ void xent_mbar_init(uint64_t *bar) {
 __device__ __forceinline__ void xent_mbar_init_fence() {
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
-/* Blocks until the phase of parity `parity` of bar has completed. */
+/* Blocks until the phase of parity `parity` of bar has completed. A chunk lands within
+ * microseconds; a phase still open after ~4 s (a lost copy, a byte count that does not
+ * match) traps, so that the launch fails instead of holding the device forever. */
 __device__ __forceinline__ void xent_mbar_wait(uint64_t *bar, uint32_t parity) {
-    uint32_t done;
-    do {
+    uint64_t t0 = 0;
+    for (;;) {
+        uint32_t done;
         asm volatile("{\n\t.reg .pred p;\n\t"
                      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}\n"
                      : "=r"(done)
                      : "r"(xent_smem_addr(bar)), "r"(parity)
                      : "memory");
-    } while (!done);
+        if (done) return;
+        uint64_t t;
+        asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+        if (t0 == 0) t0 = t;
+        else if (t - t0 > (1ull << 32)) __trap();
+    }
 }
 /* bytes (a multiple of 16, both addresses 16-byte aligned) from global src into this block's
  * shared dst by the copy engine; bar's current phase completes when they have landed (bar
