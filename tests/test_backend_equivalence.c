@@ -1061,22 +1061,35 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
     release_all();
 }
 
+/* Inputs of an xent_fused case: logits rounded to dt, targets and a mask. Targets include
+ * both ends of the row, -1, V (off the row) and both sides of every slice edge of a 2-, 4-
+ * and 8-block cluster split, the rest random with a third of them off the row; masks have
+ * zeros and a 0.5. */
+static void xent_fused_inputs(int64_t N, int64_t V, mc_dtype dt, float **logits, int32_t **targets, float **mask) {
+    *logits = as_dtype(rnd(N * V, 4.0f), N * V, dt);
+    int32_t *tg = halloc(sizeof(int32_t) * N);
+    float *mk = halloc(sizeof(float) * N);
+    for (int64_t i = 0; i < N; i++) {
+        tg[i] = (int32_t)rng_int(0, V + V / 2);
+        mk[i] = (i % 5 == 3) ? 0.0f : (i % 7 == 2) ? 0.5f : 1.0f;
+    }
+    const int64_t s2 = ((V + 1) / 2 + 7) / 8 * 8, s4 = ((V + 3) / 4 + 7) / 8 * 8, s8 = ((V + 7) / 8 + 7) / 8 * 8;
+    const int64_t edges[] = {0,      V - 1,      -1,     V,          s2 - 1, s2,         s4 - 1,     s4,
+                             2 * s4 - 1, 2 * s4, 3 * s4 - 1, 3 * s4, s8 - 1, s8,         3 * s8 - 1, 3 * s8,
+                             7 * s8 - 1, 7 * s8};
+    for (int64_t i = 0; i < N && i < (int64_t)(sizeof edges / sizeof edges[0]); i++) tg[i] = (int32_t)edges[i];
+    *targets = tg;
+    *mask = mk;
+}
+
 /* The one-pass op (no tensor parallelism) against the CPU's, which is rowstats then
  * loss_grad: loss without dlogits, then loss and dlogits twice (fresh logits each time when
  * dlogits aliases them), the two runs bitwise equal and their loss bitwise the loss-only
- * one's. Targets include both ends of the row, -1, V (off the row) and both sides of every
- * slice edge of a 2- and a 4-block cluster split; masks have zeros and a 0.5. */
+ * one's. */
 static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
-    float *logits = as_dtype(rnd(N * V, 4.0f), N * V, dt);
-    int32_t *tg = halloc(sizeof(int32_t) * N);
-    float *mask = halloc(sizeof(float) * N);
-    for (int64_t i = 0; i < N; i++) {
-        tg[i] = (int32_t)rng_int(0, V + V / 2); /* a third of them off the row */
-        mask[i] = (i % 5 == 3) ? 0.0f : (i % 7 == 2) ? 0.5f : 1.0f;
-    }
-    const int64_t s2 = ((V + 1) / 2 + 7) / 8 * 8, s4 = ((V + 3) / 4 + 7) / 8 * 8;
-    const int64_t edges[] = {0, V - 1, -1, V, s2 - 1, s2, s4 - 1, s4, 2 * s4 - 1, 2 * s4, 3 * s4 - 1, 3 * s4};
-    for (int64_t i = 0; i < N && i < (int64_t)(sizeof edges / sizeof edges[0]); i++) tg[i] = (int32_t)edges[i];
+    float *logits, *mask;
+    int32_t *tg;
+    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
     float gs = 0.37f;
     mc_tensor cl = mk2(cpu, F32, logits, N, V), closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
     mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
@@ -1109,6 +1122,62 @@ static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
     release_all();
 }
 
+/* dlogits one element past a 16-byte boundary, logits aligned: the streaming kernel cannot
+ * store them, the one-cluster-a-row kernel does, and the loss must still be the bits of a
+ * call without dlogits (which streams). */
+static void xent_fused_unaligned_case(int64_t N, int64_t V, mc_dtype dt) {
+    float *logits, *mask;
+    int32_t *tg;
+    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
+    float gs = 0.37f;
+    mc_tensor cl = mk2(cpu, F32, logits, N, V), closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
+    mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
+    cpu->xent_fused(cpu, &closs, &cdl, &cl, &ctg, &cmask, gs);
+    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), none = mc_tensor_none();
+    mc_tensor gl = mk2(gpu, dt, logits, N, V), gloss0 = mk1(gpu, F32, NULL, N), gloss = mk1(gpu, F32, NULL, N);
+    const size_t esz = mc_dtype_size(dt);
+    char *base = balloc(gpu, (size_t)(N * V + 8) * esz);
+    mc_tensor gdl = mc_tensor_2d(base + esz, dt, N, V);
+    gpu->xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
+    gpu->xent_fused(gpu, &gloss, &gdl, &gl, &gtg, &gmask, gs);
+    char tag[64], what[128];
+    snprintf(tag, sizeof tag, "xent_fused N=%lld V=%lld", (long long)N, (long long)V);
+    snprintf(what, sizeof what, "%s loss (dlogits unaligned)", tag);
+    cmp(what, dt, dl(gpu, &gloss), closs.data, N);
+    snprintf(what, sizeof what, "%s dlogits unaligned", tag);
+    cmp(what, dt, dl(gpu, &gdl), cdl.data, N * V);
+    size_t lb = (size_t)N * sizeof(float);
+    snprintf(what, sizeof what, "%s %s loss: unaligned dlogits and none", tag, mc_dtype_name(dt));
+    same_bits(what, dl_raw(gpu, gloss0.data, lb), dl_raw(gpu, gloss.data, lb), lb);
+    release_all();
+}
+
+/* The streaming kernel against the one-cluster-a-row kernel it replaces (MC_XENT_FUSED_V1=1)
+ * on the same inputs, in place: loss and dlogits within the dtype's tolerance of each other. */
+static void xent_fused_ab_case(int64_t N, int64_t V, mc_dtype dt) {
+    float *logits, *mask;
+    int32_t *tg;
+    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
+    const char *env = getenv("MC_XENT_FUSED_V1");
+    char *saved = env ? strdup(env) : NULL;
+    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), gl[2], gloss[2];
+    for (int r = 0; r < 2; r++) { /* 0: MC_XENT_FUSED_V1=1, 1: the default */
+        if (r == 0) setenv("MC_XENT_FUSED_V1", "1", 1);
+        else unsetenv("MC_XENT_FUSED_V1");
+        gl[r] = mk2(gpu, dt, logits, N, V);
+        gloss[r] = mk1(gpu, F32, NULL, N);
+        gpu->xent_fused(gpu, &gloss[r], &gl[r], &gl[r], &gtg, &gmask, 0.37f);
+    }
+    if (saved) setenv("MC_XENT_FUSED_V1", saved, 1);
+    free(saved);
+    char what[128];
+    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld loss: streaming vs v1", (long long)N, (long long)V);
+    cmp(what, dt, dl(gpu, &gloss[1]), dl(gpu, &gloss[0]), N);
+    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld dlogits: streaming vs v1", (long long)N, (long long)V);
+    cmp(what, dt, dl(gpu, &gl[1]), dl(gpu, &gl[0]), N * V);
+    release_all();
+}
+
 static void test_xent(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -1119,17 +1188,35 @@ static void test_xent(void) {
     }
 }
 
+/* Cluster sizes of the streaming kernel (16-bit / F32): V 4096: 1 / 1; 24576: 2 / 4; 50304:
+ * 4 / 8; 128256: 8 / 8 with 64 KiB stages; 300000: 8 with 73 KiB stages / too long (the two
+ * passes). The larger N give every cluster four rows or more, so both stages and both
+ * parities of their mbarriers turn over; V 8, 40 and 200 leave warps without a chunk; odd V and the
+ * unaligned dlogits take the one-cluster-a-row kernel. */
 static void test_xent_fused(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         xent_fused_case(37, 4096, dt, false);   /* one block a row, 16-byte path */
         xent_fused_case(37, 1003, dt, false);   /* odd V: element path */
         xent_fused_case(21, 4096, dt, true);    /* dlogits aliasing logits */
-        xent_fused_case(16, 50304, dt, false);  /* GPT-2's padded vocab (2-block clusters in 16 bits) */
+        xent_fused_case(16, 50304, dt, false);  /* GPT-2's padded vocab */
         xent_fused_case(16, 50257, dt, false);  /* GPT-2's vocab unpadded: clusters, element path */
-        xent_fused_case(13, 128256, dt, false); /* Llama 3's vocab (4-block clusters) */
+        xent_fused_case(13, 128256, dt, false); /* Llama 3's vocab */
         xent_fused_case(13, 128256, dt, true);  /* ... aliasing, across a cluster */
         xent_fused_case(3, 300001, dt, false);  /* 16 bits: 4 x 147 KiB slices; F32 too long: the two passes */
+        xent_fused_case(3, 300000, dt, false);  /* 16 bits: streamed, 8 x 73 KiB; F32: the two passes */
+        xent_fused_case(9, 8, dt, false);       /* one group a row: one warp with a chunk */
+        xent_fused_case(11, 40, dt, false);
+        xent_fused_case(7, 200, dt, true);
+        xent_fused_case(2701, 4096, dt, false); /* at least 4 rows a cluster (H200: 660, 264, 132, ~49 clusters) */
+        xent_fused_case(1103, 24576, dt, true);
+        xent_fused_case(601, 50304, dt, false);
+        xent_fused_case(211, 128256, dt, false);
+        xent_fused_unaligned_case(37, 4096, dt);
+        xent_fused_unaligned_case(13, 50304, dt);
+        xent_fused_ab_case(37, 4096, dt);
+        xent_fused_ab_case(64, 50304, dt);
+        xent_fused_ab_case(32, 128256, dt);
     }
 }
 
@@ -1446,10 +1533,33 @@ static void bench_all(void) {
         BENCH("xent_rowstats [4096, 50304]", n * V2 * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         BENCH("xent_loss_grad [4096, 50304] in place", 2 * n * V2 * e, 0,
               gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
-        BENCH("xent_fused [4096, 50304] in place", 2 * n * V2 * e, 0,
-              gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
+    /* xent_fused on the two head chunks of training, the one-cluster-a-row kernel
+     * (MC_XENT_FUSED_V1=1) and the streaming kernel side by side, twice each, alternating */
+    const int64_t chunks[2][2] = {{4096, 50304}, {2048, 128256}};
+    const char *v1_env = getenv("MC_XENT_FUSED_V1");
+    char *v1_saved = v1_env ? strdup(v1_env) : NULL;
+    for (int c = 0; c < 2; c++) {
+        const int64_t n = chunks[c][0], vv = chunks[c][1];
+        mc_tensor lg = mk2(gpu, BF16, NULL, n, vv), loss = mk1(gpu, F32, NULL, n);
+        mc_tensor tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
+        gpu->fill(gpu, &lg, 0.1);
+        gpu->fill(gpu, &mask, 1.0);
+        for (int r = 0; r < 4; r++) {
+            const bool v1 = r % 2 == 0;
+            if (v1) setenv("MC_XENT_FUSED_V1", "1", 1);
+            else unsetenv("MC_XENT_FUSED_V1");
+            char nm[96];
+            snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place %s", (long long)n, (long long)vv,
+                     v1 ? "v1" : "streaming");
+            BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
+        }
+        release_all();
+    }
+    if (v1_saved) setenv("MC_XENT_FUSED_V1", v1_saved, 1);
+    else unsetenv("MC_XENT_FUSED_V1");
+    free(v1_saved);
     {
         mc_tensor tab = mk2(gpu, BF16, NULL, V, h), out = mk2(gpu, BF16, NULL, N, h), dt = mk2(gpu, F32, NULL, V, h);
         int32_t *ids = halloc(sizeof(int32_t) * N);
