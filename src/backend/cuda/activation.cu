@@ -181,12 +181,11 @@ static void launch_swiglu_fwd(mc_cuda_state *st, T *y, const T *x, int64_t rows,
     const int64_t total = rows * ((f + 7) / 8);
     unsigned grid = mc_cuda_grid(st, (total + 1) / 2, 256);
     if (fits_u32(total, grid, 256, 2)) {
-        const uint32_t r = (uint32_t)rows, c = (uint32_t)f;
-        if (vec) swiglu_fwd_kernel<T, true, uint32_t><<<grid, 256, 0, st->stream>>>(y, x, r, c);
-        else swiglu_fwd_kernel<T, false, uint32_t><<<grid, 256, 0, st->stream>>>(y, x, r, c);
+        auto kernel = vec ? swiglu_fwd_kernel<T, true, uint32_t> : swiglu_fwd_kernel<T, false, uint32_t>;
+        kernel<<<grid, 256, 0, st->stream>>>(y, x, (uint32_t)rows, (uint32_t)f);
     } else {
-        if (vec) swiglu_fwd_kernel<T, true, int64_t><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
-        else swiglu_fwd_kernel<T, false, int64_t><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
+        auto kernel = vec ? swiglu_fwd_kernel<T, true, int64_t> : swiglu_fwd_kernel<T, false, int64_t>;
+        kernel<<<grid, 256, 0, st->stream>>>(y, x, rows, f);
     }
     MC_CUDA_LAUNCHED(st, "swiglu_fwd");
 }
@@ -198,12 +197,11 @@ static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const
     const int64_t total = rows * ((f + 7) / 8);
     unsigned grid = mc_cuda_grid(st, total, 256);
     if (fits_u32(total, grid, 256, 1)) {
-        const uint32_t r = (uint32_t)rows, c = (uint32_t)f;
-        if (vec) swiglu_bwd_kernel<T, true, uint32_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, r, c);
-        else swiglu_bwd_kernel<T, false, uint32_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, r, c);
+        auto kernel = vec ? swiglu_bwd_kernel<T, true, uint32_t> : swiglu_bwd_kernel<T, false, uint32_t>;
+        kernel<<<grid, 256, 0, st->stream>>>(dx, y, dy, x, (uint32_t)rows, (uint32_t)f);
     } else {
-        if (vec) swiglu_bwd_kernel<T, true, int64_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
-        else swiglu_bwd_kernel<T, false, int64_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
+        auto kernel = vec ? swiglu_bwd_kernel<T, true, int64_t> : swiglu_bwd_kernel<T, false, int64_t>;
+        kernel<<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
     }
     MC_CUDA_LAUNCHED(st, "swiglu_bwd");
 }

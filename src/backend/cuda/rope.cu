@@ -51,6 +51,15 @@ __global__ void rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, 
     }
 }
 
+template <typename T, typename I>
+static void rope_launch(mc_cuda_state *st, bool vec, unsigned grid, T *qkv, const float *c, const float *s,
+                        const int32_t *pos, int64_t max_pos, I ntok, const mc_rope_desc *d, int per_group, int half,
+                        float sign) {
+    auto kernel = vec ? rope_kernel<T, true, I> : rope_kernel<T, false, I>;
+    kernel<<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, ntok, d->batch, d->groups, per_group, d->head_dim,
+                                         half, sign, st->err_dev);
+}
+
 template <typename T>
 static void launch(mc_cuda_state *st, T *qkv, const mc_rope_desc *d, const int32_t *pos, int64_t max_pos, bool inverse) {
     const int per_group = d->heads / d->groups + 2, half = d->rot_dim / 2;
@@ -63,26 +72,10 @@ static void launch(mc_cuda_state *st, T *qkv, const mc_rope_desc *d, const int32
     unsigned grid = mc_cuda_grid(st, total, 256);
     float sign = inverse ? -1.0f : 1.0f;
     const float *c = (const float *)d->cos.data, *s = (const float *)d->sin.data;
-    if (total + (int64_t)grid * 256 <= (int64_t)UINT32_MAX) {
-        const uint32_t nt = (uint32_t)ntok;
-        if (vec)
-            rope_kernel<T, true, uint32_t><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, nt, d->batch,
-                                                                         d->groups, per_group, d->head_dim, half, sign,
-                                                                         st->err_dev);
-        else
-            rope_kernel<T, false, uint32_t><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, nt, d->batch,
-                                                                          d->groups, per_group, d->head_dim, half, sign,
-                                                                          st->err_dev);
-    } else {
-        if (vec)
-            rope_kernel<T, true, int64_t><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, ntok, d->batch,
-                                                                        d->groups, per_group, d->head_dim, half, sign,
-                                                                        st->err_dev);
-        else
-            rope_kernel<T, false, int64_t><<<grid, 256, 0, st->stream>>>(qkv, c, s, pos, max_pos, ntok, d->batch,
-                                                                         d->groups, per_group, d->head_dim, half, sign,
-                                                                         st->err_dev);
-    }
+    if (total + (int64_t)grid * 256 <= (int64_t)UINT32_MAX)
+        rope_launch<T, uint32_t>(st, vec, grid, qkv, c, s, pos, max_pos, (uint32_t)ntok, d, per_group, half, sign);
+    else
+        rope_launch<T, int64_t>(st, vec, grid, qkv, c, s, pos, max_pos, ntok, d, per_group, half, sign);
     MC_CUDA_LAUNCHED(st, "rope");
 }
 
