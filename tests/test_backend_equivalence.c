@@ -1069,32 +1069,6 @@ static void xent_fused_unaligned_case(int64_t N, int64_t V, mc_dtype dt) {
     release_all();
 }
 
-/* The streaming kernel against the one-cluster-a-row kernel it replaces (MC_XENT_FUSED_V1=1)
- * on the same inputs, in place: loss and dlogits within the dtype's tolerance of each other. */
-static void xent_fused_ab_case(int64_t N, int64_t V, mc_dtype dt) {
-    float *logits, *mask;
-    int32_t *tg;
-    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
-    const char *env = getenv("MC_XENT_FUSED_V1");
-    char *saved = env ? strdup(env) : NULL;
-    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), gl[2], gloss[2];
-    for (int r = 0; r < 2; r++) { /* 0: MC_XENT_FUSED_V1=1, 1: the default */
-        if (r == 0) setenv("MC_XENT_FUSED_V1", "1", 1);
-        else unsetenv("MC_XENT_FUSED_V1");
-        gl[r] = mk2(gpu, dt, logits, N, V);
-        gloss[r] = mk1(gpu, F32, NULL, N);
-        gpu->xent_fused(gpu, &gloss[r], &gl[r], &gl[r], &gtg, &gmask, 0.37f);
-    }
-    if (saved) setenv("MC_XENT_FUSED_V1", saved, 1);
-    free(saved);
-    char what[128];
-    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld loss: streaming vs v1", (long long)N, (long long)V);
-    cmp(what, dt, dl(gpu, &gloss[1]), dl(gpu, &gloss[0]), N);
-    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld dlogits: streaming vs v1", (long long)N, (long long)V);
-    cmp(what, dt, dl(gpu, &gl[1]), dl(gpu, &gl[0]), N * V);
-    release_all();
-}
-
 static void test_xent(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -1131,9 +1105,6 @@ static void test_xent_fused(void) {
         xent_fused_case(211, 128256, dt, false);
         xent_fused_unaligned_case(37, 4096, dt);
         xent_fused_unaligned_case(13, 50304, dt);
-        xent_fused_ab_case(37, 4096, dt);
-        xent_fused_ab_case(64, 50304, dt);
-        xent_fused_ab_case(32, 128256, dt);
     }
 }
 
@@ -1434,31 +1405,19 @@ static void bench_all(void) {
               gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
         release_all();
     }
-    /* xent_fused on the two head chunks of training, the one-cluster-a-row kernel
-     * (MC_XENT_FUSED_V1=1) and the streaming kernel side by side, twice each, alternating */
+    /* xent_fused on the two head chunks of training */
     const int64_t chunks[2][2] = {{4096, 50304}, {2048, 128256}};
-    const char *v1_env = getenv("MC_XENT_FUSED_V1");
-    char *v1_saved = v1_env ? strdup(v1_env) : NULL;
     for (int c = 0; c < 2; c++) {
         const int64_t n = chunks[c][0], vv = chunks[c][1];
         mc_tensor lg = mk2(gpu, BF16, NULL, n, vv), loss = mk1(gpu, F32, NULL, n);
         mc_tensor tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
         gpu->fill(gpu, &lg, 0.1);
         gpu->fill(gpu, &mask, 1.0);
-        for (int r = 0; r < 4; r++) {
-            const bool v1 = r % 2 == 0;
-            if (v1) setenv("MC_XENT_FUSED_V1", "1", 1);
-            else unsetenv("MC_XENT_FUSED_V1");
-            char nm[96];
-            snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place %s", (long long)n, (long long)vv,
-                     v1 ? "v1" : "streaming");
-            BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
-        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place", (long long)n, (long long)vv);
+        BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
-    if (v1_saved) setenv("MC_XENT_FUSED_V1", v1_saved, 1);
-    else unsetenv("MC_XENT_FUSED_V1");
-    free(v1_saved);
     {
         mc_tensor tab = mk2(gpu, BF16, NULL, V, h), out = mk2(gpu, BF16, NULL, N, h), dt = mk2(gpu, F32, NULL, V, h);
         int32_t *ids = halloc(sizeof(int32_t) * N);
