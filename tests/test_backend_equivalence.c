@@ -701,84 +701,6 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     release_all();
 }
 
-/* MC_NORM_V1=1 selects the norm kernels as they were before the pipelined ones (kept for
- * one A/B timing on an H200); unset, the pipelined ones. The CUDA backend reads it at
- * every call. Whoever switches it puts back the caller's setting after (save_norm_v1,
- * restore_norm_v1), so that a run under MC_NORM_V1=1 tests the old kernels throughout. */
-static void set_norm_v1(bool on) {
-    if (on) setenv("MC_NORM_V1", "1", 1);
-    else unsetenv("MC_NORM_V1");
-}
-
-static char *save_norm_v1(void) { /* NULL: unset */
-    const char *e = getenv("MC_NORM_V1");
-    return e ? strdup(e) : NULL;
-}
-
-static void restore_norm_v1(char *saved) {
-    if (saved) setenv("MC_NORM_V1", saved, 1);
-    else unsetenv("MC_NORM_V1");
-    free(saved);
-}
-
-/* v2 (the pipelined kernels) against v1 (MC_NORM_V1=1) on the same inputs, within the CPU
- * comparisons' tolerance; how many values differ at all is printed too. The pipelined
- * kernels keep the old ones' arithmetic term for term, so none should, except in dw and db
- * (their partial rows follow each kernel's grid) and in F32 backwards of rows past 512
- * (the register-row kernel by default, a block-wide sum order). */
-static void cmp_v1(const char *what, mc_dtype dt, const float *v2, const float *v1, int64_t n) {
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n; i++) differ += memcmp(&v2[i], &v1[i], sizeof(float)) != 0;
-    double err = check_rel_l2(v2, v1, n), tol = tol_of(dt);
-    printf("  %-52s %-4s rel L2 %.3e (tol %.0e), %lld of %lld differ%s\n", what, mc_dtype_name(dt), err, tol,
-           (long long)differ, (long long)n, err < tol ? "" : "  <-- FAIL");
-    CHECK(err < tol && !isnan(err), "%s (%s): v2 vs MC_NORM_V1=1 relative L2 %.3e >= %.0e", what, mc_dtype_name(dt),
-          err, tol);
-}
-
-/* The forward and the backward (dx +=, dw +=, db +=, y rewritten) with the pipelined
- * kernels and with MC_NORM_V1=1, compared output by output. */
-static void norm_v1_case(int64_t N, int64_t h, bool layernorm, mc_dtype dt) {
-    float eps = 1e-5f;
-    float *x = as_dtype(rnd(N * h, 1.0f), N * h, dt), *w = as_dtype(rnd(h, 1.0f), h, dt);
-    float *b = as_dtype(rnd(h, 1.0f), h, dt), *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
-    for (int64_t i = 0; i < N * h; i += 3) x[i] += 0.5f; /* a nonzero mean */
-    as_dtype(x, N * h, dt);
-    float *dx0 = as_dtype(rnd(N * h, 1.0f), N * h, dt), *dw0 = rnd(h, 1.0f), *db0 = rnd(h, 1.0f);
-    mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
-    mc_tensor gdy = mk2(gpu, dt, dy, N, h);
-    float *out[2][7]; /* [v2, v1][y, mean, rstd, dx, rewritten y, dw, db] */
-    char *saved = save_norm_v1();
-    for (int v1 = 0; v1 < 2; v1++) {
-        mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
-        mc_tensor gdx = mk2(gpu, dt, dx0, N, h), gyre = mk2(gpu, dt, NULL, N, h);
-        mc_tensor gdw = mk1(gpu, F32, dw0, h), gdb = mk1(gpu, F32, db0, h);
-        set_norm_v1(v1);
-        if (layernorm) {
-            gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, &gb, eps);
-            gpu->layernorm_bwd(gpu, &gdx, &gdw, &gdb, &gyre, &gdy, &gx, &gw, &gb, &gm, &gr);
-        } else {
-            gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
-            gpu->rmsnorm_bwd(gpu, &gdx, &gdw, &gyre, &gdy, &gx, &gw, &gr);
-        }
-        out[v1][0] = dl(gpu, &gy), out[v1][1] = layernorm ? dl(gpu, &gm) : NULL, out[v1][2] = dl(gpu, &gr);
-        out[v1][3] = dl(gpu, &gdx), out[v1][4] = dl(gpu, &gyre), out[v1][5] = dl(gpu, &gdw);
-        out[v1][6] = layernorm ? dl(gpu, &gdb) : NULL;
-    }
-    restore_norm_v1(saved);
-    static const char *names[7] = {"fwd y", "fwd mean", "fwd rstd", "bwd dx +=", "bwd rewritten y", "bwd dw +=",
-                                   "bwd db +="};
-    const int64_t sizes[7] = {N * h, N, N, N * h, N * h, h, h};
-    for (int k = 0; k < 7; k++) {
-        if (!out[0][k]) continue;
-        char what[128];
-        snprintf(what, sizeof what, "%s N=%lld h=%lld %s vs MC_NORM_V1=1", layernorm ? "layernorm" : "rmsnorm",
-                 (long long)N, (long long)h, names[k]);
-        cmp_v1(what, dt, out[0][k], out[1][k], sizes[k]);
-    }
-    release_all();
-}
-
 static void test_norms(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -807,11 +729,6 @@ static void test_norms(void) {
         norm_case(5003, 2048, true, true, dt);   /* the same with LayerNorm's mean and bias */
         norm_case(1000, 1536, true, true, dt);   /* forward 6 of 8 groups a lane; backward register rows */
         norm_case(100, 2056, true, true, dt);    /* 257 groups: past the pipelined forward, three-pass kernel */
-        /* the pipelined kernels against MC_NORM_V1=1's */
-        norm_v1_case(20011, 768, true, dt);
-        norm_v1_case(4099, 1024, false, dt);
-        norm_v1_case(999, 264, true, dt);
-        norm_v1_case(9001, 2048, false, dt);
     }
 }
 
@@ -1152,32 +1069,6 @@ static void xent_fused_unaligned_case(int64_t N, int64_t V, mc_dtype dt) {
     release_all();
 }
 
-/* The streaming kernel against the one-cluster-a-row kernel it replaces (MC_XENT_FUSED_V1=1)
- * on the same inputs, in place: loss and dlogits within the dtype's tolerance of each other. */
-static void xent_fused_ab_case(int64_t N, int64_t V, mc_dtype dt) {
-    float *logits, *mask;
-    int32_t *tg;
-    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
-    const char *env = getenv("MC_XENT_FUSED_V1");
-    char *saved = env ? strdup(env) : NULL;
-    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), gl[2], gloss[2];
-    for (int r = 0; r < 2; r++) { /* 0: MC_XENT_FUSED_V1=1, 1: the default */
-        if (r == 0) setenv("MC_XENT_FUSED_V1", "1", 1);
-        else unsetenv("MC_XENT_FUSED_V1");
-        gl[r] = mk2(gpu, dt, logits, N, V);
-        gloss[r] = mk1(gpu, F32, NULL, N);
-        gpu->xent_fused(gpu, &gloss[r], &gl[r], &gl[r], &gtg, &gmask, 0.37f);
-    }
-    if (saved) setenv("MC_XENT_FUSED_V1", saved, 1);
-    free(saved);
-    char what[128];
-    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld loss: streaming vs v1", (long long)N, (long long)V);
-    cmp(what, dt, dl(gpu, &gloss[1]), dl(gpu, &gloss[0]), N);
-    snprintf(what, sizeof what, "xent_fused N=%lld V=%lld dlogits: streaming vs v1", (long long)N, (long long)V);
-    cmp(what, dt, dl(gpu, &gl[1]), dl(gpu, &gl[0]), N * V);
-    release_all();
-}
-
 static void test_xent(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -1214,9 +1105,6 @@ static void test_xent_fused(void) {
         xent_fused_case(211, 128256, dt, false);
         xent_fused_unaligned_case(37, 4096, dt);
         xent_fused_unaligned_case(13, 50304, dt);
-        xent_fused_ab_case(37, 4096, dt);
-        xent_fused_ab_case(64, 50304, dt);
-        xent_fused_ab_case(32, 128256, dt);
     }
 }
 
@@ -1450,8 +1338,7 @@ static void bench_all(void) {
     release_all();
 
     { /* the norms at GPT-2's (LayerNorm with bias, 65536 x 768) and Llama's (RMSNorm, 8192 x
-       * 2048) training shapes, each line with the pipelined kernels and then with MC_NORM_V1=1
-       * (the kernels before them); the backward as training calls it, rewriting y */
+       * 2048) training shapes; the backward as training calls it, rewriting y */
         const int64_t ng = 65536, hg = 768, nl = 8192, hl = 2048;
         mc_tensor xg = mk2(gpu, BF16, NULL, ng, hg), yg = mk2(gpu, BF16, NULL, ng, hg);
         mc_tensor dyg = mk2(gpu, BF16, NULL, ng, hg), dxg = mk2(gpu, BF16, NULL, ng, hg);
@@ -1463,30 +1350,13 @@ static void bench_all(void) {
         mc_tensor wl = mk1(gpu, BF16, NULL, hl), rl = mk1(gpu, F32, NULL, nl), dwl = mk1(gpu, F32, NULL, hl);
         gpu->fill(gpu, &xg, 0.5), gpu->fill(gpu, &wg, 1.0), gpu->fill(gpu, &bg, 0.1), gpu->fill(gpu, &dyg, 0.01);
         gpu->fill(gpu, &xl, 0.5), gpu->fill(gpu, &wl, 1.0), gpu->fill(gpu, &dyl, 0.01);
-        char *saved = save_norm_v1();
-        char nm[96];
-        for (int v1 = 0; v1 < 2; v1++) {
-            set_norm_v1(v1);
-            snprintf(nm, sizeof nm, "layernorm_fwd [65536, 768]%s", v1 ? " MC_NORM_V1=1" : "");
-            BENCH(nm, 2 * ng * hg * e, 0, gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
-        }
-        for (int v1 = 0; v1 < 2; v1++) {
-            set_norm_v1(v1);
-            snprintf(nm, sizeof nm, "layernorm_bwd [65536, 768] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
-            BENCH(nm, 5 * ng * hg * e, 0,
-                  gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
-        }
-        for (int v1 = 0; v1 < 2; v1++) {
-            set_norm_v1(v1);
-            snprintf(nm, sizeof nm, "rmsnorm_fwd [8192, 2048]%s", v1 ? " MC_NORM_V1=1" : "");
-            BENCH(nm, 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
-        }
-        for (int v1 = 0; v1 < 2; v1++) {
-            set_norm_v1(v1);
-            snprintf(nm, sizeof nm, "rmsnorm_bwd [8192, 2048] rewriting y%s", v1 ? " MC_NORM_V1=1" : "");
-            BENCH(nm, 5 * nl * hl * e, 0, gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &yl, &dyl, &xl, &wl, &rl));
-        }
-        restore_norm_v1(saved);
+        BENCH("layernorm_fwd [65536, 768]", 2 * ng * hg * e, 0,
+              gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
+        BENCH("layernorm_bwd [65536, 768] rewriting y", 5 * ng * hg * e, 0,
+              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+        BENCH("rmsnorm_fwd [8192, 2048]", 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
+        BENCH("rmsnorm_bwd [8192, 2048] rewriting y", 5 * nl * hl * e, 0,
+              gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &yl, &dyl, &xl, &wl, &rl));
         release_all();
     }
 
@@ -1535,31 +1405,19 @@ static void bench_all(void) {
               gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
         release_all();
     }
-    /* xent_fused on the two head chunks of training, the one-cluster-a-row kernel
-     * (MC_XENT_FUSED_V1=1) and the streaming kernel side by side, twice each, alternating */
+    /* xent_fused on the two head chunks of training */
     const int64_t chunks[2][2] = {{4096, 50304}, {2048, 128256}};
-    const char *v1_env = getenv("MC_XENT_FUSED_V1");
-    char *v1_saved = v1_env ? strdup(v1_env) : NULL;
     for (int c = 0; c < 2; c++) {
         const int64_t n = chunks[c][0], vv = chunks[c][1];
         mc_tensor lg = mk2(gpu, BF16, NULL, n, vv), loss = mk1(gpu, F32, NULL, n);
         mc_tensor tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
         gpu->fill(gpu, &lg, 0.1);
         gpu->fill(gpu, &mask, 1.0);
-        for (int r = 0; r < 4; r++) {
-            const bool v1 = r % 2 == 0;
-            if (v1) setenv("MC_XENT_FUSED_V1", "1", 1);
-            else unsetenv("MC_XENT_FUSED_V1");
-            char nm[96];
-            snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place %s", (long long)n, (long long)vv,
-                     v1 ? "v1" : "streaming");
-            BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
-        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place", (long long)n, (long long)vv);
+        BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
-    if (v1_saved) setenv("MC_XENT_FUSED_V1", v1_saved, 1);
-    else unsetenv("MC_XENT_FUSED_V1");
-    free(v1_saved);
     {
         mc_tensor tab = mk2(gpu, BF16, NULL, V, h), out = mk2(gpu, BF16, NULL, N, h), dt = mk2(gpu, F32, NULL, V, h);
         int32_t *ids = halloc(sizeof(int32_t) * N);

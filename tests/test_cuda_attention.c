@@ -15,10 +15,8 @@
  * MC_BENCH_ATTN=1 adds a timing mode (MC_BENCH_ATTN=only: the timing mode alone): BF16 forward and forward+backward with CUDA events
  * (median of 20 after warm-up) at B=4, heads 32, groups 8, d 64, S 2048 (Llama-style) and
  * B=64, heads 12, d 64, S 1024 (GPT-2), printing TFLOP/s with forward FLOPs
- * 4 B H S^2 d / 2 (causal) and forward+backward = 3.5 x forward; for d 64 also the wgmma
- * backward's two key-side kernels (MC_ATTN_BWD_PIPE=1 pipelined, =0 serial) interleaved
- * rep by rep, with their time ratio. The correctness tests run both of them too, whatever
- * the environment says. Skipped (exit 77) without a GPU. */
+ * 4 B H S^2 d / 2 (causal) and forward+backward = 3.5 x forward. Skipped (exit 77) without
+ * a GPU. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -270,21 +268,10 @@ static void test_bf16_d64_mma_sync(void) {
     run_case("bf16 d64 mha S513 mma.sync", (attn_shape){513, 2, 3, 3, 64, 0, 0}, MC_BF16);
     unsetenv("MC_ATTN_WGMMA");
 }
-/* The wgmma backward's two key-side kernels, whatever MC_ATTN_BWD_PIPE says outside: the
- * pipelined one (1, the default) and the serial one (0), on tile edges and on the item
- * counts that exercise the pipeline's prologue and end (one item per block: S <= 64 with
- * one head a group; many: GQA with S > 11 tiles). */
-static void set_bwd_pipe(const char *v) {
-    if (v)
-        setenv("MC_ATTN_BWD_PIPE", v, 1);
-    else
-        unsetenv("MC_ATTN_BWD_PIPE");
-}
-static void test_bf16_d64_bwd_kernels(void) {
-    const char *outer = getenv("MC_ATTN_BWD_PIPE");
-    char saved[16] = "";
-    if (outer) snprintf(saved, sizeof saved, "%s", outer);
-    static const char *const which[2] = {"1", "0"};
+/* The wgmma backward's pipelined key-side kernel on tile edges and on the item counts that
+ * exercise the pipeline's prologue and end (one item per block: S <= 64 with one head a
+ * group; many: GQA with S > 11 tiles). */
+static void test_bf16_d64_wgmma_bwd(void) {
     static const struct {
         const char *name;
         attn_shape sh;
@@ -294,15 +281,11 @@ static void test_bf16_d64_bwd_kernels(void) {
         {"mha S65", {65, 3, 2, 2, 64, 0, 0}},    {"gqa S1", {1, 2, 4, 2, 64, 0, 0}},
         {"gqa S384", {384, 1, 8, 2, 64, 0, 0}},
     };
-    for (int w = 0; w < 2; w++) {
-        set_bwd_pipe(which[w]);
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            char name[80];
-            snprintf(name, sizeof name, "bf16 d64 %s bwd_pipe=%s", cases[c].name, which[w]);
-            run_case(name, cases[c].sh, MC_BF16);
-        }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[80];
+        snprintf(name, sizeof name, "bf16 d64 %s wgmma bwd", cases[c].name);
+        run_case(name, cases[c].sh, MC_BF16);
     }
-    set_bwd_pipe(outer ? saved : NULL);
 }
 static void test_bf16_d32_fallback(void) {
     run_case("bf16 d32 fallback dropout S100", (attn_shape){100, 2, 4, 2, 32, 0.1f, 1}, MC_BF16);
@@ -354,37 +337,6 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
         printf("BENCH attention %-8s %-11s B=%lld H=%d G=%d d=%d S=%lld: %8.3f ms  %6.1f TFLOP/s\n", name, what[mode],
                (long long)B, H, G, d, (long long)S, med * 1e3, flops / med / 1e12);
     }
-    /* the wgmma backward's two key-side kernels, interleaved rep by rep (same clocks):
-     * MC_ATTN_BWD_PIPE=1 (pipelined) and =0 (serial), each also deterministic */
-    if (d == 64) {
-        const char *outer = getenv("MC_ATTN_BWD_PIPE");
-        char saved[16] = "";
-        if (outer) snprintf(saved, sizeof saved, "%s", outer);
-        for (int det = 0; det < 2; det++) {
-            desc.deterministic = det == 1;
-            float ab[2][20];
-            for (int rep = -3; rep < 20; rep++)
-                for (int w = 0; w < 2; w++) {
-                    set_bwd_pipe(w == 0 ? "1" : "0");
-                    CU(cudaEventRecord(e0, 0));
-                    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
-                    CU(cudaEventRecord(e1, 0));
-                    CU(cudaEventSynchronize(e1));
-                    if (rep >= 0) CU(cudaEventElapsedTime(&ab[w][rep], e0, e1));
-                }
-            double med[2];
-            for (int w = 0; w < 2; w++) {
-                qsort(ab[w], 20, sizeof(float), cmp_float);
-                med[w] = ab[w][10] * 1e-3;
-                char what[24];
-                snprintf(what, sizeof what, "bwd%s-%s", det ? "-det" : "", w == 0 ? "pipe" : "serial");
-                printf("BENCH attention %-8s %-15s B=%lld H=%d G=%d d=%d S=%lld: %8.3f ms  %6.1f TFLOP/s\n", name, what,
-                       (long long)B, H, G, d, (long long)S, med[w] * 1e3, 2.5 * fwd_flops / med[w] / 1e12);
-            }
-            printf("BENCH attention %-8s bwd%s pipe/serial time ratio %.3f\n", name, det ? "-det" : "", med[0] / med[1]);
-        }
-        set_bwd_pipe(outer ? saved : NULL);
-    }
     CU(cudaGetLastError());
     CU(cudaEventDestroy(e0));
     CU(cudaEventDestroy(e1));
@@ -408,7 +360,7 @@ static void run_tests(void) {
     RUN(test_bf16_d64_exact_tiles);
     RUN(test_bf16_d64_mha_tail);
     RUN(test_bf16_d64_mma_sync);
-    RUN(test_bf16_d64_bwd_kernels);
+    RUN(test_bf16_d64_wgmma_bwd);
     RUN(test_bf16_d32_fallback);
 }
 

@@ -4,9 +4,9 @@
  *
  * Kernel choice:
  *   - BF16, head_dim 64, no dropout, no seg_start, 16-byte aligned operands, on a compute
- *     capability 9.0 GPU: the Hopper wgmma kernels (attention_wgmma_fwd.cu,
- *     attention_wgmma_bwd.cu, and attention_wgmma_dq.cu for the deterministic backward's
- *     separate dQ pass);
+ *     capability 9.0 GPU: the Hopper wgmma kernels (attention_wgmma_fwd.cu, the
+ *     software-pipelined key-side backward of attention_wgmma_bwd_pipe.cu, and
+ *     attention_wgmma_dq.cu for the deterministic backward's separate dQ pass);
  *   - other BF16 cases with head_dim 64 or 128 and 16-byte aligned operands: the tensor-core
  *     FlashAttention-2 kernels (attention_bf16_fwd.cu, attention_bf16_bwd.cu);
  *   - everything else (F32, F16, other head dims up to 256): the simple tiled kernels of
@@ -14,9 +14,7 @@
  *     F16, used by --fp16 only, is slow there but exact enough).
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
  * wrong result between the paths); MC_ATTN_WGMMA=0 turns the wgmma kernels off (the
- * mma.sync ones run instead: for A/B timing and bisection). The wgmma backward's key-side
- * kernel is the pipelined one (attention_wgmma_bwd_pipe.cu) unless MC_ATTN_BWD_PIPE=0
- * (the serial one of attention_wgmma_bwd.cu: kept for the A/B on an H200).
+ * mma.sync ones run instead: for A/B timing and bisection).
  *
  * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
@@ -207,10 +205,6 @@ static bool attn_use_wgmma(const attn_geom &g) { /* (the environment read at eve
     return !attn_env_off("MC_ATTN_WGMMA") && g.d == 64 && g.dropout == 0.0f && !g.seg && attn_device_is_sm90();
 }
 
-/* The pipelined wgmma backward unless MC_ATTN_BWD_PIPE=0 (read at every call, as
- * MC_ATTN_WGMMA: one getenv a backward, and the tests run both kernels in one process). */
-static bool attn_use_bwd_pipe(void) { return !attn_env_off("MC_ATTN_BWD_PIPE"); }
-
 extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                                       const mc_attn_desc *d) {
     const char *op = "attention_fwd";
@@ -282,10 +276,8 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
     attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
-    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g) && attn_use_bwd_pipe())
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
         attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
-    else if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
-        attn_wg_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else if (attn_use_mma(g, dt, x, dx, dO, NULL))
         attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else

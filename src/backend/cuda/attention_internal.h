@@ -229,15 +229,12 @@ void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, cons
 /* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. */
 void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc);
 
-/* attention_wgmma_{fwd,bwd,dq}.cu: Hopper wgmma kernels for d = 64 without dropout or
+/* attention_wgmma_{fwd,bwd_pipe,dq}.cu: Hopper wgmma kernels for d = 64 without dropout or
  * seg_start, on a compute capability 9.0 device (attention.cu checks all that). The
- * backward sums dQ into dq_acc (zeroed by the caller) with bulk adds, or with dq_acc NULL
- * (deterministic) forms it by attn_wg_dq's separate pass. */
+ * backward (its key-side kernel software-pipelined) sums dQ into dq_acc (zeroed by the
+ * caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by attn_wg_dq's
+ * separate pass. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
-void attn_wg_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                 const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
-/* The same backward with the pipelined key-side kernel (attention_wgmma_bwd_pipe.cu);
- * attention.cu picks one of the two by MC_ATTN_BWD_PIPE. */
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                       const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,

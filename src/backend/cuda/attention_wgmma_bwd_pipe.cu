@@ -1,12 +1,45 @@
 /* attention_wgmma_bwd_pipe.cu: the key-side kernel of the causal flash-attention backward
- * on Hopper's warpgroup MMA (sm_90a), software-pipelined. Same block, products, operands
- * and layouts as attention_wgmma_bwd.cu (read that header first); attention.cu runs this
- * one unless MC_ATTN_BWD_PIPE=0 (both are kept until an H200 A/B picks one). dq_acc NULL
- * (--deterministic-mode): dK and dV only, dQ by attention_wgmma_dq.cu, as there.
+ * on Hopper's warpgroup MMA (wgmma, sm_90a), software-pipelined: BF16 in, F32
+ * accumulation, head_dim 64, no dropout and no seg_start. dQ is summed in F32 by the copy
+ * engine's bulk adds, whose order varies from run to run; with --deterministic-mode
+ * (dq_acc NULL) this kernel forms dK and dV only and dQ has its own pass
+ * (attention_wgmma_dq.cu). The other cases keep the mma.sync kernels of
+ * attention_bf16_bwd.cu.
  *
- * Why: the serial kernel waits for each product before the next step (S, dP -> wait ->
+ * Block = (128 keys, kv group, batch), two warpgroups; warpgroup w owns keys 64 w .. 64 w +
+ * 63, its dK and dV in registers for the whole kernel. The block walks the group's heads in
+ * order and, for each, the 64-query tiles from the diagonal to S (a fixed order: dK/dV sum
+ * over the query heads deterministically); an item is one (head, query tile). Q and dO
+ * tiles (with lse and D) are staged by cp.async, 128B-swizzled (wgmma.h). Per item each
+ * warpgroup, transposed so that its keys are the M rows:
+ *   S^T = K Q^T, dP^T = V dO^T     wgmma m64n64k16 x 4 each, both operands in shared memory,
+ *   P^T = exp2(S^T scale log2e - lse log2e) (the causal mask only on tiles that need it),
+ *   dS^T = P^T (dP^T - D) scale,
+ *   dV += P^T dO                   A = P^T re-packed in registers, B = dO as an MN-major
+ *                                  operand (no transposed copy),
+ *   dK += dS^T Q                   A = dS^T stored to shared memory (swizzled), read K-major;
+ *                                  B = Q MN-major;
+ *   dQ = dS K                      over all the block's keys, after a block barrier: A = the
+ *                                  warpgroups' dS^T tiles read MN-major, B = K MN-major;
+ *                                  warpgroup w forms columns 32 w .. 32 w + 31 of it (a
+ *                                  descriptor starting inside the swizzled rows) into a
+ *                                  shared F32 tile, which one thread adds into dq_acc with
+ *                                  one bulk reduction (cp.reduce.async.bulk .add.f32: the
+ *                                  tile's 64 rows are contiguous there) while the block
+ *                                  goes on with the next items.
+ * Summing dQ is what this backward spends most on beyond its matrix products. Measured on
+ * an H200 with the serial version of this kernel (Llama shape / GPT-2 shape): without any
+ * dQ sum 0.55 / 1.17 ms; float2 atomics from every thread, 64-key blocks 0.84 / 1.64,
+ * 128-key blocks (one dQ product for both warpgroups: half the atomics) 0.77 / 1.61; bulk
+ * adds of single rows 0.91 / 1.91; one bulk add of the whole tile 0.74 / 1.56 (kept). dS^T
+ * goes through shared memory rather than registers for dK as well: that kept the serial
+ * version near 200 registers instead of 254.
+ *
+ * Why pipelined: the serial version (removed after the H200 A/B of 2026-12-01, in which the
+ * backward took 0.744 ms with it against 0.693 with this kernel on the Llama shape, 1.557
+ * against 1.459 on GPT-2's) waited for each product before the next step (S, dP -> wait ->
  * P, dS -> dV, dK -> barrier -> dQ -> wait -> stage dQ -> barrier), the two warpgroups in
- * lockstep, so the tensor cores idle through every elementwise phase, barrier and staging
+ * lockstep, so the tensor cores idled through every elementwise phase, barrier and staging
  * (H200, Llama shape: ~190 TFLOP/s). Here an item's products are four commit groups,
  *   S(j)  = S^T = K Q^T                  (both operands in shared memory)
  *   P(j)  = dP^T = V dO^T
@@ -22,7 +55,7 @@
  *      (dP^T - D) scale into this item's dS^T buffer; both while V(j) runs
  *   3. cp.async wait (item j + 1), fence.proxy.async, the item's one __syncthreads
  * and after the loop KQ(last), the last two bulk adds. One block barrier an item (the
- * serial kernel has two and a warpgroup barrier). KQ(-1), issued in iteration 0, reads a
+ * serial version had two and a warpgroup barrier). KQ(-1), issued in iteration 0, reads a
  * dS^T buffer and a Q stage zeroed in the prologue: it adds exact zeros to dK, and its dQ
  * is staged but never added; so every group is issued unconditionally.
  *
@@ -35,15 +68,15 @@
  *     loop starts with the issues (KQ(j - 1) belongs to iteration j), and only V(j), whose
  *     dv is not read in the loop and whose pa is rewritten only after the next wait<2>,
  *     stays in flight across the back edge;
- *   - no wgmma under a branch ptxas cannot prove warpgroup-uniform: with the serial
- *     kernel's `if (active)` around each group here, ptxas injected arrives in the branch
- *     and serialized every wgmma (C7520; the serial kernel's one branch around a whole
- *     wait-to-wait phase passes). So the warpgroup whose keys all follow the tile's
- *     queries (warpgroup 1 on each head's diagonal tile, which the serial kernel skips)
- *     computes its products too: the causal mask gives it P^T = 0
- *     and dS^T = 0, exact zeros added to dK, dV and dQ (dQ then always runs over both dS^T
- *     tiles). That costs the tensor-core work of ~1/nqt of the items for one warpgroup
- *     (~3% on the Llama shape, ~6% on GPT-2's);
+ *   - no wgmma under a branch ptxas cannot prove warpgroup-uniform: with an `if (active)`
+ *     around each group here (skipping a warpgroup whose keys all follow the tile's
+ *     queries, as the serial version did), ptxas injected arrives in the branch and
+ *     serialized every wgmma (C7520; the serial version's one branch around a whole
+ *     wait-to-wait phase passed). So that warpgroup (warpgroup 1 on each head's diagonal
+ *     tile) computes its products too: the causal mask gives it P^T = 0 and dS^T = 0, exact
+ *     zeros added to dK, dV and dQ (dQ then always runs over both dS^T tiles). That costs
+ *     the tensor-core work of ~1/nqt of the items for one warpgroup (~3% on the Llama
+ *     shape, ~6% on GPT-2's);
  *   - the accumulators' zero initial values are made opaque (wg_fence_acc): otherwise they
  *     are copies of one constant register placed where the loop has them in flight.
  *
@@ -81,12 +114,12 @@
  *     __syncthreads, the add of dQ(last), and thread 0 waits for every bulk add to land
  *     before the block ends.
  *
- * Other changes from the serial kernel:
- *   - lse and D come by cp.async with the tiles (4 bytes a thread), not by loads whose
- *     latency held the first two warps (and so warpgroup 0's products) at every item.
- *     Query rows past S get lse 0 and D 0 (zero-filled) instead of lse +inf: their Q and dO
- *     rows are zero-filled too, so S^T = 0, p = 1 (finite), dP^T = 0, dS^T = p (0 - 0)
- *     scale = 0 and P^T dO adds 0: nothing reaches dK or dV, and their dQ rows are not
+ * Also:
+ *   - lse and D come by cp.async with the tiles (4 bytes a thread), not by loads: in the
+ *     serial version their latency held the first two warps (and so warpgroup 0's
+ *     products) at every item. Query rows past S get lse 0 and D 0 (zero-filled): their Q
+ *     and dO rows are zero-filled too, so S^T = 0, p = 1 (finite), dP^T = 0, dS^T = p (0 -
+ *     0) scale = 0 and P^T dO adds 0: nothing reaches dK or dV, and their dQ rows are not
  *     added (the bulk add stops at S).
  *   - dQ staging rotates each thread's four 8-column float2 stores by its row
  *     ((lane / 4) % 4): the staging rows are 256 bytes, so without it the 8 rows of a

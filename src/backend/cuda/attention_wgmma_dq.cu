@@ -1,8 +1,9 @@
 /* attention_wgmma_dq.cu: dQ of the causal flash-attention backward as its own pass, on
  * Hopper's warpgroup MMA (wgmma, sm_90a), BF16 in, F32 accumulation, head_dim 64, no
  * dropout and no seg_start: the deterministic backward (--deterministic-mode) of the wgmma
- * path, next to attention_wgmma_bwd.cu run without its dQ sum. No atomics or bulk adds:
- * every dQ row is summed by one thread pair in a fixed key order, so runs are bitwise equal.
+ * path, next to attention_wgmma_bwd_pipe.cu run without its dQ sum. No atomics or bulk
+ * adds: every dQ row is summed by one thread pair in a fixed key order, so runs are
+ * bitwise equal.
  *
  * Block = (BQ = 64 NWG query rows, head, batch), as the forward: warpgroup w owns rows
  * 64 w .. 64 w + 63, its Q and dO rows loaded once, K/V tiles of 64 keys double-buffered by

@@ -26,16 +26,7 @@
  * then the lanes in order): deterministic, no atomics. dx may alias dy (each element is
  * read before the same thread writes it). The backward's second pass can also write the
  * forward's output y again (selective recomputation), through norm_out as the forward, so
- * bit for bit.
- *
- * MC_NORM_V1=1 (any value but "" and "0") selects the kernels as they were before the
- * pipelined ones: norm_fwd_kernel for every forward, norm_bwd_warp_kernel (which loads dx
- * only after the sums, and x and dy again) for the backward's rows of at most 1024 in
- * 16-byte groups, F32 ones too. It exists for one A/B timing on an H200 and goes after it,
- * with norm_bwd_warp_kernel, which only it reaches. */
-#include <stdlib.h>
-#include <string.h>
-
+ * bit for bit. */
 #include "backend/cuda/cuda_internal.h"
 
 enum { NORM_FWD_THREADS = 256, NORM_BWD_THREADS = 256, NORM_PIPE_THREADS = 128 };
@@ -92,14 +83,6 @@ __device__ __forceinline__ void norm_stage_param(T *dst, const T *src, int64_t h
     for (int64_t i = threadIdx.x; i < h * (int64_t)sizeof(T) / 16; i += blockDim.x) d[i] = s[i];
 }
 
-/* MC_NORM_V1 set to anything but "" or "0": the kernels as they were before the pipelined
- * ones (see the banner). Read at every call, one getenv a launch, so that the tests can run
- * both in one process. */
-static bool norm_use_v1(void) {
-    const char *e = getenv("MC_NORM_V1");
-    return e && e[0] && strcmp(e, "0") != 0;
-}
-
 /* ---- forward ---- */
 
 template <typename T, bool VEC, bool LN>
@@ -152,12 +135,17 @@ __global__ void norm_fwd_kernel(T *y, float *mean_out, float *rstd_out, const T 
 }
 
 /* Bytes in flight: how the pipelined kernels (this forward, norm_bwd_warp_pipe_kernel) are
- * sized; reasoned, not timed yet. An H200 streams ~4.3 TB/s over 132 SMs, ~32 KB per us an
- * SM, so at ~1 us of loaded DRAM latency each SM needs ~32 KB of loads on the way. A warp
- * that issues row i + 1's loads before it waits for row i has one to two rows in flight
- * and finishes two rows per latency; the three-pass forward and norm_bwd_warp_kernel have
- * at most one row in flight and wait twice or more per row. The registers (cuobjdump,
- * sm_90a, bf16; allocated 8 a thread at a time) decide the warps per SM:
+ * sized (by reasoning: no other sizing was timed). An H200 streams ~4.3 TB/s
+ * over 132 SMs, ~32 KB per us an SM, so at ~1 us of loaded DRAM latency each SM needs ~32
+ * KB of loads on the way. A warp that issues row i + 1's loads before it waits for row i
+ * has one to two rows in flight and finishes two rows per latency; the three-pass forward,
+ * and a warp-per-row backward that loads dx only after the sums and re-reads x and dy,
+ * have at most one row in flight and wait twice or more per row. Timed against those two
+ * on an H200 (2026-12-01, CUDA events, interleaved): LayerNorm forward [65536, 768] 59.2
+ * vs 80.7 us, its backward rewriting y 140.4 vs 193.2 us, RMSNorm forward [8192, 2048]
+ * 21.2 vs 27.0 us; GPT-2's training step ran at 0.967x with the old kernels. The
+ * registers (cuobjdump, sm_90a, bf16; allocated 8 a thread at a time) decide the warps
+ * per SM:
  *   forward, GPT-2's LayerNorm, h 768 (GPL 3): 62 registers, 8 blocks of 4 warps, 32 warps
  *     x 1.5 KB a row = 48-96 KB;
  *   forward, Llama's RMSNorm, h 2048 (GPL 8): 93 registers, 5 blocks, 20 warps x 4 KB =
@@ -284,15 +272,14 @@ static void launch_fwd_pipe(mc_cuda_state *st, const char *op, T *y, float *mean
 }
 
 /* Rows in whole 16-byte groups of at most 2048 elements (256 groups, 8 a lane; Llama's 2048
- * and GPT-2's 768 among them): the pipelined kernel; other rows, or MC_NORM_V1: the
- * three-pass one. */
+ * and GPT-2's 768 among them): the pipelined kernel; other rows: the three-pass one. */
 template <typename T, bool LN>
 static void launch_fwd(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x, const T *w,
                        const T *b, int64_t n, int64_t h, float eps) {
     if (n == 0 || h == 0) return;
     bool vec = h % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
                (!b || mc_cuda_aligned16(b));
-    if (vec && h / 8 <= 32 * 8 && !norm_use_v1()) {
+    if (vec && h / 8 <= 32 * 8) {
         const int64_t groups = h / 8;
         if (groups <= 32) launch_fwd_pipe<T, LN, 1>(st, op, y, mean, rstd, x, w, b, n, h, eps);
         else if (groups <= 64) launch_fwd_pipe<T, LN, 2>(st, op, y, mean, rstd, x, w, b, n, h, eps);
@@ -387,102 +374,17 @@ __global__ void norm_bwd_kernel(T *dx, T *y, float *part_w, float *part_b, const
     }
 }
 
-/* Backward for rows of at most 256 GPL elements (GPL <= 4) in whole 16-byte groups: one
- * warp per row (rows part, part + parts, ... of warp `part`), so a row's two sums are warp
- * shuffles instead of block barriers and no thread idles when h is small (GPT-2's 768).
- * Lane l owns groups l, l + 32, ...: it keeps their dw/db sums over the warp's rows in
- * registers and writes them once, as the warp's partial row (part_w[part, h]); w sits in
- * shared memory (k-major, as the block kernel's accumulators, so a warp's reads hit
- * distinct banks). The second pass re-reads x and dy (L1 hits). */
-template <typename T, bool LN, int GPL>
-__global__ void __launch_bounds__(NORM_BWD_THREADS)
-    norm_bwd_warp_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w, const T *b,
-                         const float *mean, const float *rstd, int64_t n, int64_t h, bool want_w, bool want_b) {
-    extern __shared__ float w_s[]; /* [8][groups]: column 8 g + j at j groups + g (lanes: consecutive words) */
-    const int lane = threadIdx.x & 31;
-    const int64_t groups = h / 8, nw = blockDim.x >> 5;
-    const int64_t part = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5), parts = (int64_t)gridDim.x * nw;
-    for (int64_t g = threadIdx.x; g < groups; g += blockDim.x) {
-        float wv[8];
-        mc_load8(w + g * 8, wv);
-#pragma unroll
-        for (int j = 0; j < 8; j++) w_s[j * groups + g] = wv[j];
-    }
-    __syncthreads();
-    float aw[GPL][8], ab[GPL][8];
-#pragma unroll
-    for (int k = 0; k < GPL; k++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
-    for (int64_t row = part; row < n; row += parts) {
-        const T *xr = x + row * h, *dyr = dy + row * h;
-        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
-        float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma unroll
-        for (int k = 0; k < GPL; k++) {
-            const int64_t g = lane + 32 * k;
-            if (g >= groups) break;
-            float xv[8], dv[8];
-            mc_load8(xr + g * 8, xv);
-            mc_load8(dyr + g * 8, dv);
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float xhat = (xv[j] - m) * r, gg = dv[j] * w_s[j * groups + g];
-                sum_g += gg;
-                sum_gx += gg * xhat;
-                aw[k][j] += dv[j] * xhat;
-                ab[k][j] += dv[j];
-            }
-        }
-        sum_g = mc_warp_sum(sum_g);
-        sum_gx = mc_warp_sum(sum_gx);
-        if (!dx && !y) continue;
-        const float mean_g = LN ? (float)((double)sum_g / (double)h) : 0.0f;
-        const float mean_gx = (float)((double)sum_gx / (double)h);
-#pragma unroll
-        for (int k = 0; k < GPL; k++) {
-            const int64_t g = lane + 32 * k;
-            if (g >= groups) break;
-            float xv[8], dv[8], o[8];
-            mc_load8(xr + g * 8, xv);
-            if (dx) {
-                T *dxr = dx + row * h;
-                mc_load8(dyr + g * 8, dv);
-                mc_load8(dxr + g * 8, o);
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const float xhat = (xv[j] - m) * r;
-                    o[j] += r * (dv[j] * w_s[j * groups + g] - mean_g - xhat * mean_gx);
-                }
-                mc_store8(dxr + g * 8, o);
-            }
-            if (y) {
-                if (LN && b) mc_load8(b + g * 8, dv);
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    o[j] = norm_out(xv[j], m, r, w_s[j * groups + g], LN && b, LN && b ? dv[j] : 0.0f);
-                mc_store8(y + row * h + g * 8, o);
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < GPL; k++) {
-        const int64_t g = lane + 32 * k;
-        if (g >= groups) break;
-        if (want_w) mc_store8(part_w + part * h + g * 8, aw[k]);
-        if (want_b) mc_store8(part_b + part * h + g * 8, ab[k]);
-    }
-}
-
-/* The warp-per-row backward with the loads pipelined, as norm_bwd_row_kernel does for a
- * block: lane l holds groups l, l + 32, ... of its row's x, dy and dx in registers as
- * loaded (dx loaded with x and dy, not after the sums), and the next row's x, dy, dx, mean
- * and rstd are loaded before this row's warp sums, so each row is one trip to memory that
- * overlaps the previous row's arithmetic; norm_bwd_warp_kernel makes two dependent trips
- * (x and dy, the sums, then dx and the L1 re-reads) with nothing of the next row in flight.
- * The arithmetic is norm_bwd_warp_kernel's term for term (w in shared memory as loaded
- * converts to the same F32 values); the dw/db partial rows and their reduction are the
- * same. dx may alias dy: a lane loads both of a row's groups before it writes that dx. */
+/* Backward for rows of at most 32 GPL 16-byte groups (GPL <= 4; see launch_bwd for F32):
+ * one warp per row (rows part, part + parts, ... of warp `part`), so a row's two sums are
+ * warp shuffles instead of block barriers and no thread idles when h is small (GPT-2's
+ * 768). The loads are pipelined, as norm_bwd_row_kernel does for a block: lane l holds
+ * groups l, l + 32, ... of its row's x, dy and dx in registers as loaded (dx loaded with x
+ * and dy, not after the sums), and the next row's x, dy, dx, mean and rstd are loaded
+ * before this row's warp sums, so each row is one trip to memory that overlaps the
+ * previous row's arithmetic. Lane l keeps its groups' dw/db sums over the warp's rows in
+ * registers and writes them once, as the warp's partial row (part_w[part, h]); w (and b)
+ * sit in shared memory as loaded. Each element's arithmetic is the block kernel's, term
+ * for term. dx may alias dy: a lane loads both of a row's groups before it writes that dx. */
 template <typename T, bool LN, int GPL>
 __global__ void __launch_bounds__(NORM_PIPE_THREADS)
     norm_bwd_warp_pipe_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
@@ -727,37 +629,6 @@ static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, 
     MC_CUDA_LAUNCHED(st, op);
 }
 
-/* The warp-per-row kernel with GPL groups per lane: a fixed grid (the occupancy the
- * registers allow), then the partial rows added as below. */
-template <typename T, bool LN, int GPL>
-static void launch_bwd_warp(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
-                            const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
-                            int64_t h) {
-    static int blocks_per_sm[64]; /* per device: from the occupancy calculator, once */
-    const size_t smem = (size_t)h * sizeof(float);
-    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
-    if (per_sm == 0) {
-        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_warp_kernel<T, LN, GPL>,
-                                                                     NORM_BWD_THREADS, smem),
-                      op);
-        if (per_sm < 1) per_sm = 1;
-        if (bps) *bps = per_sm;
-    }
-    const int64_t nw = NORM_BWD_THREADS / 32;
-    int64_t grid = (int64_t)st->sm_count * per_sm;
-    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
-    const int64_t parts = grid * nw;
-    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
-    float *pw = part, *pb = part + parts * h;
-    norm_bwd_warp_kernel<T, LN, GPL><<<(unsigned)grid, NORM_BWD_THREADS, smem, st->stream>>>(
-        dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h, dw != NULL, db != NULL);
-    MC_CUDA_LAUNCHED(st, op);
-    if (dw || db) {
-        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, parts, h);
-        MC_CUDA_LAUNCHED(st, op);
-    }
-}
-
 /* The pipelined warp-per-row kernel: blocks of NORM_PIPE_THREADS, as many as are resident
  * at once (the registers decide), then the partial rows added as below. */
 template <typename T, bool LN, int GPL>
@@ -833,20 +704,12 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
      * exact mode, not the one tuned here); gpl3's clamp keeps F32 instances of GPL 3 and 4
      * from being compiled (their branches are never taken). */
     constexpr int max_gpl = sizeof(T) == 2 ? 4 : 2, gpl3 = max_gpl < 3 ? max_gpl : 3;
-    const bool v1 = norm_use_v1();
-    if (vec16 && h / 8 <= 32 * max_gpl && !v1) {
+    if (vec16 && h / 8 <= 32 * max_gpl) {
         const int64_t groups = h / 8;
         if (groups <= 32) launch_bwd_warp_pipe<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else if (groups <= 64) launch_bwd_warp_pipe<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else if (groups <= 96) launch_bwd_warp_pipe<T, LN, gpl3>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         else launch_bwd_warp_pipe<T, LN, max_gpl>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        return;
-    }
-    if (vec16 && h <= 32 * 8 * 4 && v1) {
-        const int64_t groups = h / 8;
-        if (groups <= 32) launch_bwd_warp<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        else if (groups <= 64) launch_bwd_warp<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        else launch_bwd_warp<T, LN, 4>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
         return;
     }
     if (vec16 && h <= 8 * 512) {
