@@ -1003,15 +1003,29 @@ static void xent_fused_inputs(int64_t N, int64_t V, mc_dtype dt, float **logits,
  * loss_grad: loss without dlogits, then loss and dlogits twice (fresh logits each time when
  * dlogits aliases them), the two runs bitwise equal and their loss bitwise the loss-only
  * one's. */
-static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
+/* Inputs for xent_fused [N, V] and the CPU's loss and dlogits of them (grad scale 0.37). */
+typedef struct {
     float *logits, *mask;
     int32_t *tg;
-    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
-    float gs = 0.37f;
-    mc_tensor cl = mk2(cpu, F32, logits, N, V), closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
-    mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
-    cpu->xent_fused(cpu, &closs, &cdl, &cl, &ctg, &cmask, gs);
-    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), none = mc_tensor_none();
+    float gs;
+    mc_tensor closs, cdl;
+} xent_fused_ref;
+
+static xent_fused_ref xent_fused_reference(int64_t N, int64_t V, mc_dtype dt) {
+    xent_fused_ref r = {.gs = 0.37f};
+    xent_fused_inputs(N, V, dt, &r.logits, &r.tg, &r.mask);
+    mc_tensor cl = mk2(cpu, F32, r.logits, N, V), ctg = mk_i32(cpu, r.tg, N), cmask = mk1(cpu, F32, r.mask, N);
+    r.closs = mk1(cpu, F32, NULL, N);
+    r.cdl = mk2(cpu, F32, NULL, N, V);
+    cpu->xent_fused(cpu, &r.closs, &r.cdl, &cl, &ctg, &cmask, r.gs);
+    return r;
+}
+
+static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
+    xent_fused_ref ref = xent_fused_reference(N, V, dt);
+    const float *logits = ref.logits, gs = ref.gs;
+    mc_tensor closs = ref.closs, cdl = ref.cdl;
+    mc_tensor gtg = mk_i32(gpu, ref.tg, N), gmask = mk1(gpu, F32, ref.mask, N), none = mc_tensor_none();
     mc_tensor gl = mk2(gpu, dt, logits, N, V), gloss0 = mk1(gpu, F32, NULL, N);
     gpu->xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
     mc_tensor gloss[2], gdl[2];
@@ -1043,14 +1057,10 @@ static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
  * store them, the one-cluster-a-row kernel does, and the loss must still be the bits of a
  * call without dlogits (which streams). */
 static void xent_fused_unaligned_case(int64_t N, int64_t V, mc_dtype dt) {
-    float *logits, *mask;
-    int32_t *tg;
-    xent_fused_inputs(N, V, dt, &logits, &tg, &mask);
-    float gs = 0.37f;
-    mc_tensor cl = mk2(cpu, F32, logits, N, V), closs = mk1(cpu, F32, NULL, N), cdl = mk2(cpu, F32, NULL, N, V);
-    mc_tensor ctg = mk_i32(cpu, tg, N), cmask = mk1(cpu, F32, mask, N);
-    cpu->xent_fused(cpu, &closs, &cdl, &cl, &ctg, &cmask, gs);
-    mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N), none = mc_tensor_none();
+    xent_fused_ref ref = xent_fused_reference(N, V, dt);
+    const float *logits = ref.logits, gs = ref.gs;
+    mc_tensor closs = ref.closs, cdl = ref.cdl;
+    mc_tensor gtg = mk_i32(gpu, ref.tg, N), gmask = mk1(gpu, F32, ref.mask, N), none = mc_tensor_none();
     mc_tensor gl = mk2(gpu, dt, logits, N, V), gloss0 = mk1(gpu, F32, NULL, N), gloss = mk1(gpu, F32, NULL, N);
     const size_t esz = mc_dtype_size(dt);
     char *base = balloc(gpu, (size_t)(N * V + 8) * esz);

@@ -255,7 +255,8 @@ static void test_bf16_d128_exact_tiles(void) {
 }
 static void test_bf16_d64_one_row(void) { run_case("bf16 d64 S1", (attn_shape){1, 2, 4, 2, 64, 0, 0}, MC_BF16); }
 /* d 64 without dropout or seg_start runs the Hopper wgmma kernels on an H100/H200 (the
- * cases above with those: the default backward; deterministic: mma.sync); these add tile
+ * cases above with those, both backward modes: dQ by bulk adds, and deterministic, dQ by
+ * its own wgmma pass); these add tile
  * edges (S a multiple of both tile sizes, and one past), MHA, and the same shapes on the
  * mma.sync kernels with MC_ATTN_WGMMA=0. */
 static void test_bf16_d64_exact_tiles(void) {

@@ -669,20 +669,27 @@ void mc_cuda_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits,
     MC_CUDA_LAUNCHED(st, op);
 }
 
-/* The split of a row of v elements of esz bytes for xent_fused: the cluster size (see the
- * kernel's notes) and the slice in elements, or 0 when the row is too long for it. */
-static int xent_fused_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
-    const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? st->smem_optin - XENT_FUSED_SMEM_RESERVE : 0;
-    const size_t target = XENT_FUSED_SLICE_TARGET < cap ? XENT_FUSED_SLICE_TARGET : cap;
-    for (int c = 1; c <= XENT_FUSED_MAX_CLUSTER; c *= 2) {
+/* The split of a row of v elements of esz bytes over a cluster: the smallest power-of-two
+ * cluster size up to max_c whose slice (a multiple of 8 elements) takes at most `target`
+ * bytes, else max_c when its slice takes at most `cap`; 0 when not even that fits. The
+ * slice, in elements, goes to *slice. */
+static int xent_split(int64_t v, size_t esz, size_t target, size_t cap, int max_c, int64_t *slice) {
+    if (target > cap) target = cap;
+    for (int c = 1; c <= max_c; c *= 2) {
         const int64_t s = ((v + c - 1) / c + 7) / 8 * 8;
         const size_t bytes = (size_t)s * esz;
-        if (bytes <= target || (c == XENT_FUSED_MAX_CLUSTER && bytes <= cap)) {
+        if (bytes <= target || (c == max_c && bytes <= cap)) {
             *slice = s;
             return c;
         }
     }
     return 0;
+}
+
+/* The split for xent_fused_kernel (see its notes): one slice a block. */
+static int xent_fused_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
+    const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? st->smem_optin - XENT_FUSED_SMEM_RESERVE : 0;
+    return xent_split(v, esz, XENT_FUSED_SLICE_TARGET, cap, XENT_FUSED_MAX_CLUSTER, slice);
 }
 
 template <typename T, bool VEC, int C>
@@ -725,21 +732,10 @@ static void xent_fused_run(mc_cuda_state *st, const char *op, int c, int64_t n, 
     }
 }
 
-/* The split of a row of v elements of esz bytes for the streaming kernel: the cluster size
- * (see the kernel's notes) and the slice in elements, or 0 when two stages of the slice do
- * not fit one block even at the largest cluster. */
+/* The split for the streaming kernel (see its notes): two stages of the slice a block. */
 static int xent_stream_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
     const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? (st->smem_optin - XENT_FUSED_SMEM_RESERVE) / 2 : 0;
-    const size_t target = XENT_STREAM_STAGE_TARGET < cap ? XENT_STREAM_STAGE_TARGET : cap;
-    for (int c = 1; c <= XENT_STREAM_MAX_CLUSTER; c *= 2) {
-        const int64_t s = ((v + c - 1) / c + 7) / 8 * 8;
-        const size_t bytes = (size_t)s * esz;
-        if (bytes <= target || (c == XENT_STREAM_MAX_CLUSTER && bytes <= cap)) {
-            *slice = s;
-            return c;
-        }
-    }
-    return 0;
+    return xent_split(v, esz, XENT_STREAM_STAGE_TARGET, cap, XENT_STREAM_MAX_CLUSTER, slice);
 }
 
 /* Launches the streaming kernel over n rows, or returns false (nothing queued) when not one
