@@ -103,90 +103,57 @@ void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const 
 
 /* ---- SwiGLU: group = 8 consecutive columns j of one row t ---- */
 
-/* SwiGLU's logistic function on the fast exponential and an IEEE reciprocal. With expf's
- * range reduction, the IEEE division and a 64-bit index division per group, swiglu_fwd
- * issued ~30 instructions an element and ran at 3.25 TB/s on the H200 (CUPTI trace of the
- * 1.5B step), below the copy bandwidth; the fast exponential's error (a few ulp) is far
- * below the bf16 rounding that follows. */
-__device__ __forceinline__ float swiglu_sigmoid(float z) { return __frcp_rn(1.0f + __expf(-z)); }
-
 /* silu(a) u: the forward and the backward's rewrite of y share it, so both round alike. */
-__device__ __forceinline__ float swiglu_out(float a, float u) { return a * swiglu_sigmoid(a) * u; }
+__device__ __forceinline__ float swiglu_out(float a, float u) { return a * sigmoidf_(a) * u; }
 
-/* The kernels index groups with I: uint32_t when every index of the grid-stride loop fits
- * (so the row / column split is a 32-bit division), int64_t otherwise. */
-template <typename T, bool VEC, typename I>
-__global__ void swiglu_fwd_kernel(T *y, const T *x, I rows, I f) {
-    const I gpr = (f + 7) / 8, total = rows * gpr, stride = (I)gridDim.x * (I)blockDim.x;
-    /* two groups a pass, both loaded before either is used: four 16-byte loads in flight */
-    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < total; i += 2 * stride) {
-        float a[2][8], u[2][8];
-        I t[2], j0[2];
+template <typename T, bool VEC>
+__global__ void swiglu_fwd_kernel(T *y, const T *x, int64_t rows, int64_t f) {
+    const int64_t gpr = (f + 7) / 8, total = rows * gpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / gpr, j0 = (i % gpr) * 8;
+        const T *gate = x + t * 2 * f, *up = gate + f;
+        float a[8], u[8];
+        mc_load_group<T, VEC>(gate, j0, f, a);
+        mc_load_group<T, VEC>(up, j0, f, u);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const I ii = i + (I)r * stride;
-            t[r] = ii / gpr, j0[r] = (ii % gpr) * 8;
-            if (ii < total) {
-                const T *gate = x + (int64_t)t[r] * 2 * (int64_t)f;
-                mc_load_group<T, VEC>(gate, j0[r], f, a[r]);
-                mc_load_group<T, VEC>(gate + f, j0[r], f, u[r]);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (i + (I)r * stride >= total) continue;
-#pragma unroll
-            for (int k = 0; k < 8; k++) a[r][k] = swiglu_out(a[r][k], u[r][k]);
-            mc_store_group<T, VEC>(y + (int64_t)t[r] * (int64_t)f, j0[r], f, a[r]);
-        }
+        for (int k = 0; k < 8; k++) a[k] = swiglu_out(a[k], u[k]);
+        mc_store_group<T, VEC>(y + t * f, j0, f, a);
     }
 }
 
-template <typename T, bool VEC, typename I>
-__global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, I rows, I f) {
-    const I gpr = (f + 7) / 8, total = rows * gpr;
-    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < total; i += (I)gridDim.x * (I)blockDim.x) {
-        const I t = i / gpr, j0 = (i % gpr) * 8;
-        const T *gate = x + (int64_t)t * 2 * (int64_t)f, *up = gate + f;
+template <typename T, bool VEC>
+__global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, int64_t rows, int64_t f) {
+    const int64_t gpr = (f + 7) / 8, total = rows * gpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / gpr, j0 = (i % gpr) * 8;
+        const T *gate = x + t * 2 * f, *up = gate + f;
         float a[8], u[8], d[8], dg[8], du[8];
         mc_load_group<T, VEC>(gate, j0, f, a);
         mc_load_group<T, VEC>(up, j0, f, u);
-        mc_load_group<T, VEC>(dy + (int64_t)t * (int64_t)f, j0, f, d);
+        mc_load_group<T, VEC>(dy + t * f, j0, f, d);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float s = swiglu_sigmoid(a[k]);
+            float s = sigmoidf_(a[k]);
             dg[k] = d[k] * u[k] * s * (1.0f + a[k] * (1.0f - s));
             du[k] = d[k] * a[k] * s;
         }
-        T *dgate = dx + (int64_t)t * 2 * (int64_t)f, *dup = dgate + f;
+        T *dgate = dx + t * 2 * f, *dup = dgate + f;
         mc_store_group<T, VEC>(dgate, j0, f, dg);
         mc_store_group<T, VEC>(dup, j0, f, du);
         if (y) {
 #pragma unroll
             for (int k = 0; k < 8; k++) dg[k] = swiglu_out(a[k], u[k]);
-            mc_store_group<T, VEC>(y + (int64_t)t * (int64_t)f, j0, f, dg);
+            mc_store_group<T, VEC>(y + t * f, j0, f, dg);
         }
     }
-}
-
-/* Whether a grid-stride loop over `total` items, `passes` grid strides a step, stays within
- * 32-bit indices. */
-static bool fits_u32(int64_t total, unsigned grid, int threads, int passes) {
-    return total + (int64_t)passes * grid * threads <= (int64_t)UINT32_MAX;
 }
 
 template <typename T>
 static void launch_swiglu_fwd(mc_cuda_state *st, T *y, const T *x, int64_t rows, int64_t f) {
     bool vec = f % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x);
-    const int64_t total = rows * ((f + 7) / 8);
-    unsigned grid = mc_cuda_grid(st, (total + 1) / 2, 256);
-    if (fits_u32(total, grid, 256, 2)) {
-        auto kernel = vec ? swiglu_fwd_kernel<T, true, uint32_t> : swiglu_fwd_kernel<T, false, uint32_t>;
-        kernel<<<grid, 256, 0, st->stream>>>(y, x, (uint32_t)rows, (uint32_t)f);
-    } else {
-        auto kernel = vec ? swiglu_fwd_kernel<T, true, int64_t> : swiglu_fwd_kernel<T, false, int64_t>;
-        kernel<<<grid, 256, 0, st->stream>>>(y, x, rows, f);
-    }
+    unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
+    if (vec) swiglu_fwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
+    else swiglu_fwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
     MC_CUDA_LAUNCHED(st, "swiglu_fwd");
 }
 
@@ -194,15 +161,9 @@ template <typename T>
 static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const T *x, int64_t rows, int64_t f) {
     bool vec = f % 8 == 0 && mc_cuda_aligned16(dx) && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) &&
                (!y || mc_cuda_aligned16(y));
-    const int64_t total = rows * ((f + 7) / 8);
-    unsigned grid = mc_cuda_grid(st, total, 256);
-    if (fits_u32(total, grid, 256, 1)) {
-        auto kernel = vec ? swiglu_bwd_kernel<T, true, uint32_t> : swiglu_bwd_kernel<T, false, uint32_t>;
-        kernel<<<grid, 256, 0, st->stream>>>(dx, y, dy, x, (uint32_t)rows, (uint32_t)f);
-    } else {
-        auto kernel = vec ? swiglu_bwd_kernel<T, true, int64_t> : swiglu_bwd_kernel<T, false, int64_t>;
-        kernel<<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
-    }
+    unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
+    if (vec) swiglu_bwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
+    else swiglu_bwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
     MC_CUDA_LAUNCHED(st, "swiglu_bwd");
 }
 
