@@ -32,9 +32,8 @@ if [ "${TORCH_OPS:-1}" = 1 ]; then
     echo "== torch ops"
     timeout 150 python3 bench/torch_ops.py 2>&1 | tee "$OUT/torch_ops.log" | grep RESULT
 fi
-echo "== our attention (fused dQ with 4-warp blocks, then 8-warp blocks)"
+echo "== our attention"
 MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | tee "$OUT/attn.log" | grep BENCH
-MC_ATTN_FUSED_WARPS=8 MC_BENCH_ATTN=only timeout 60 "$B/test_cuda_attention" 2>&1 | tee "$OUT/attn8.log" | grep -E "BENCH.* bwd "
 if [ "${OPS_BENCH:-1}" = 1 ]; then
     echo "== our ops"
     MC_TEST_BENCH=1 timeout 90 "$B/test_backend_equivalence" > "$OUT/ops.log" 2>&1; grep -iE "bench|TB/s|TFLOP|us" "$OUT/ops.log" | tail -40
