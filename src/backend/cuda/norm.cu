@@ -250,22 +250,28 @@ __global__ void __launch_bounds__(NORM_PIPE_THREADS)
 /* The pipelined forward with GPL groups per lane: blocks of NORM_PIPE_THREADS, as many as
  * are resident at once (the occupancy calculator's count, once per instantiation and
  * device), so every warp streams many rows and pays the pipeline's first trip once. */
-template <typename T, bool LN, int GPL>
-static void launch_fwd_pipe(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x,
-                            const T *w, const T *b, int64_t n, int64_t h, float eps) {
-    static int blocks_per_sm[64]; /* per device */
-    const size_t smem = 2 * (size_t)h * sizeof(T);
-    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
+/* The grid of a pipelined kernel: as many blocks of NORM_PIPE_THREADS as are resident at
+ * once with `smem` bytes each (the occupancy calculator's count, kept in cache[device],
+ * one cache per kernel instantiation), at most one warp a row of the n. */
+template <typename K>
+static int64_t norm_pipe_grid(mc_cuda_state *st, const char *op, K kernel, int cache[64], size_t smem, int64_t n) {
+    int *bps = st->device >= 0 && st->device < 64 ? &cache[st->device] : NULL, per_sm = bps ? *bps : 0;
     if (per_sm == 0) {
-        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_fwd_pipe_kernel<T, LN, GPL>,
-                                                                     NORM_PIPE_THREADS, smem),
-                      op);
+        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NORM_PIPE_THREADS, smem), op);
         if (per_sm < 1) per_sm = 1;
         if (bps) *bps = per_sm;
     }
     const int64_t nw = NORM_PIPE_THREADS / 32;
     int64_t grid = (int64_t)st->sm_count * per_sm;
-    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
+    return grid < (n + nw - 1) / nw ? grid : (n + nw - 1) / nw;
+}
+
+template <typename T, bool LN, int GPL>
+static void launch_fwd_pipe(mc_cuda_state *st, const char *op, T *y, float *mean, float *rstd, const T *x,
+                            const T *w, const T *b, int64_t n, int64_t h, float eps) {
+    static int blocks_per_sm[64]; /* per device */
+    const size_t smem = 2 * (size_t)h * sizeof(T);
+    const int64_t grid = norm_pipe_grid(st, op, norm_fwd_pipe_kernel<T, LN, GPL>, blocks_per_sm, smem, n);
     norm_fwd_pipe_kernel<T, LN, GPL>
         <<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(y, mean, rstd, x, w, b, n, h, eps);
     MC_CUDA_LAUNCHED(st, op);
@@ -635,20 +641,10 @@ template <typename T, bool LN, int GPL>
 static void launch_bwd_warp_pipe(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
                                  const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
                                  int64_t h) {
-    static int blocks_per_sm[64]; /* per device: from the occupancy calculator, once */
+    static int blocks_per_sm[64]; /* per device */
     const size_t smem = 2 * (size_t)h * sizeof(T);
-    int *bps = st->device >= 0 && st->device < 64 ? &blocks_per_sm[st->device] : NULL, per_sm = bps ? *bps : 0;
-    if (per_sm == 0) {
-        MC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_warp_pipe_kernel<T, LN, GPL>,
-                                                                     NORM_PIPE_THREADS, smem),
-                      op);
-        if (per_sm < 1) per_sm = 1;
-        if (bps) *bps = per_sm;
-    }
-    const int64_t nw = NORM_PIPE_THREADS / 32;
-    int64_t grid = (int64_t)st->sm_count * per_sm;
-    if (grid > (n + nw - 1) / nw) grid = (n + nw - 1) / nw;
-    const int64_t parts = grid * nw;
+    const int64_t grid = norm_pipe_grid(st, op, norm_bwd_warp_pipe_kernel<T, LN, GPL>, blocks_per_sm, smem, n);
+    const int64_t parts = grid * (NORM_PIPE_THREADS / 32);
     float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
     float *pw = part, *pb = part + parts * h;
     norm_bwd_warp_pipe_kernel<T, LN, GPL><<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(
