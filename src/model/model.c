@@ -176,9 +176,8 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
     size_t ntok = (size_t)(m->max_batch * m->seq);
-    m->host_loss = mc_xmalloc(sizeof(double) * ntok);
+    m->host_loss = mc_xmalloc(sizeof(double) * ntok); /* room for F32 or F64 elements */
     m->host_mask = mc_xmalloc(sizeof(double) * ntok);
-    m->host_f32 = mc_xmalloc(sizeof(float) * ntok);
     m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
     return MC_OK;
 }
@@ -218,7 +217,6 @@ void mc_model_free(mc_model *m) {
     free(m->acts);
     free(m->host_loss);
     free(m->host_mask);
-    free(m->host_f32);
     free(m->host_logits);
     memset(m, 0, sizeof *m);
 }

@@ -176,9 +176,9 @@ typedef struct mc_model {
     mc_tensor logits, rowmax, gmax, stats, tok_loss; /* gmax: the TP group's row maxima */
     int64_t head_chunk;
     size_t act_bytes;
-    /* host staging: per-token losses and masks of a head chunk, one logits row */
-    double *host_loss, *host_mask;
-    float *host_f32;
+    /* host staging: a pass's per-token losses and loss mask as stored (F32 or F64), one
+     * logits row */
+    void *host_loss, *host_mask;
     char *host_logits;
 } mc_model;
 
@@ -226,6 +226,11 @@ void mc_model_forward_backward(mc_model *m, const mc_microbatch *mb, bool backwa
 void mc_model_train_microbatch(mc_model *m, const mc_microbatch *mb, double grad_scale, uint64_t rng_stream,
                                void *host_loss);
 mc_dtype mc_model_loss_dtype(const mc_model *m); /* F32, or F64 for F64 activations */
+/* Megatron's [sum of masked losses, number of tokens] of n per-token losses and their loss
+ * mask (host arrays, each F32 or F64), summed in token order: the one definition both the
+ * synchronous pass above and the trainer's deferred sums use, so they agree bit for bit. */
+void mc_model_sum_losses(const void *loss, mc_dtype loss_dt, const void *mask, mc_dtype mask_dt, int64_t n,
+                         double *loss_sum, double *num_tokens);
 
 /* Greedy next token after position `t` of sequence b (forward already run on mb with
  * train = false): argmax over the full vocabulary (ids >= vocab_size are skipped). */

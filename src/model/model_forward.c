@@ -410,14 +410,17 @@ static void run_forward(pass_ctx *p) {
     gather_seq(p, &m->yf);
 }
 
-/* Host copy of a statistics vector (F32 or F64) as double; f32_tmp holds n floats. */
-static void stats_to_host(mc_backend *be, const mc_tensor *t, int64_t n, double *out, float *f32_tmp) {
-    if (t->dtype == MC_F64) {
-        be->copy_d2h(be, out, t->data, (size_t)n * sizeof(double));
-        return;
+void mc_model_sum_losses(const void *loss, mc_dtype loss_dt, const void *mask, mc_dtype mask_dt, int64_t n,
+                         double *loss_sum, double *num_tokens) {
+    double lsum = 0, ntok = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double l = loss_dt == MC_F64 ? ((const double *)loss)[i] : (double)((const float *)loss)[i];
+        double mk = mask_dt == MC_F64 ? ((const double *)mask)[i] : (double)((const float *)mask)[i];
+        lsum += l * mk;
+        ntok += mk;
     }
-    be->copy_d2h(be, f32_tmp, t->data, (size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) out[i] = (double)f32_tmp[i];
+    *loss_sum = lsum;
+    *num_tokens = ntok;
 }
 
 /* The LM head and loss in chunks over all N tokens; with `backward`, also the head's
@@ -429,8 +432,6 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, m->out_w), gw = mc_model_grad(m, m->out_w), none = mc_tensor_none();
-    double *hl = m->host_loss, *hm = m->host_mask;
-    double lsum = 0, ntok = 0;
     for (int64_t c0 = 0; c0 < p->N; c0 += m->head_chunk) {
         int64_t nc = p->N - c0 < m->head_chunk ? p->N - c0 : m->head_chunk;
         mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc), rowmax = rows_of(&m->rowmax, nc);
@@ -460,14 +461,9 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
         be->copy_d2h_async(be, host_loss, loss.data, mc_tensor_bytes(&loss));
         return;
     }
-    stats_to_host(be, &loss, p->N, hl, m->host_f32);
-    stats_to_host(be, &mask, p->N, hm, m->host_f32);
-    for (int64_t i = 0; i < p->N; i++) {
-        lsum += hl[i] * hm[i];
-        ntok += hm[i];
-    }
-    *loss_sum = lsum;
-    *num_tokens = ntok;
+    be->copy_d2h(be, m->host_loss, loss.data, mc_tensor_bytes(&loss));
+    be->copy_d2h(be, m->host_mask, mask.data, mc_tensor_bytes(&mask));
+    mc_model_sum_losses(m->host_loss, loss.dtype, m->host_mask, mask.dtype, p->N, loss_sum, num_tokens);
 }
 
 static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint64_t stream) {

@@ -50,8 +50,9 @@ static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
  * A step queues its micro-batches' uploads, forward and backward passes and loss copies
  * without waiting for the device (a wait drains its queue, and it idles while the host
  * catches up), and sums the losses once the gradient norm has made it wait anyway. Slots
- * are used in ring order; the losses are summed in micro-batch order, as
- * mc_model_forward_backward sums them, so the lm loss is the same to the bit. */
+ * are used in ring order; the losses are summed in micro-batch order by
+ * mc_model_sum_losses, as mc_model_forward_backward sums them, so the lm loss is the same
+ * to the bit. */
 
 static void slots_create(mc_trainer *t) {
     mc_backend *be = t->be;
@@ -90,18 +91,12 @@ static mc_batch_slot *slot_in_flight(mc_trainer *t, int k) { return &t->slots[(t
  * the caller has synchronized. A slot without losses (the next step's prefetched
  * micro-batch) ends the walk and stays in flight. */
 static void slots_harvest(mc_trainer *t) {
-    bool loss64 = mc_model_loss_dtype(&t->model) == MC_F64, mask64 = t->mb.loss_mask.dtype == MC_F64;
     int64_t N = t->mb.seq * (int64_t)t->cfg.train.micro_batch_size;
     while (t->slots_used > 0) {
         mc_batch_slot *s = slot_in_flight(t, 0);
         if (!s->has_loss) break;
-        double lsum = 0, ntok = 0;
-        for (int64_t i = 0; i < N; i++) {
-            double l = loss64 ? ((const double *)s->loss)[i] : (double)((const float *)s->loss)[i];
-            double mk = mask64 ? ((const double *)s->mask)[i] : (double)((const float *)s->mask)[i];
-            lsum += l * mk;
-            ntok += mk;
-        }
+        double lsum, ntok;
+        mc_model_sum_losses(s->loss, mc_model_loss_dtype(&t->model), s->mask, t->mb.loss_mask.dtype, N, &lsum, &ntok);
         t->step_loss[0] += lsum;
         t->step_loss[1] += ntok;
         s->has_loss = false;
