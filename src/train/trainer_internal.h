@@ -66,6 +66,13 @@ struct mc_trainer {
     bool mb_stale;
     double step_loss[2];       /* Megatron's [sum of masked losses, tokens] of the slots harvested */
     mc_batch host_batch;
+    /* A step returns with its update still running on the device (the next step's work
+     * queues behind it, and its gradient-norm read waits for it), except the first and the
+     * last: step_open is then set, with step_end the host time of that return, from which
+     * the next step's time is measured (the steady state's period). Evaluation, or anything
+     * else run between steps, clears it: the next step is timed from its own start. */
+    bool step_open;
+    double step_end;
 
     mc_metrics_file metrics;
 };
