@@ -7,7 +7,8 @@
 # test_backend_equivalence (MC_TEST_BENCH) and our attention kernels timed, with NCU=1 an
 # Nsight Compute profile of the attention backward, then the CUPTI trace of both bench
 # shapes. Logs under $OUT.
-#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [VARIANTS="VAR=1 ..."] [NCU=0] [TRACE=1] \
+# With BRANCH_ATTN=1 the packed branches' attention kernels are timed too.
+#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [VARIANTS="VAR=1 ..."] [NCU=0] [TRACE=1] [BRANCH_ATTN=0] \
 #   bash scripts/gpu/validate.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,15 @@ grep -E '^ +bench ' "$OUT/ops_bench.log"
 echo "== attention timings"
 MC_BENCH_ATTN=only timeout 90 "$B/test_cuda_attention" > "$OUT/attn_bench.log" 2>&1
 grep BENCH "$OUT/attn_bench.log"
+if [ "${BRANCH_ATTN:-0}" = 1 ]; then # the same timings of each packed branch's kernels
+    for dir in "$C"/branches/*/; do
+        [ -x "$dir/test_cuda_attention" ] || continue
+        name=$(basename "$dir")
+        echo "-- branch $name"
+        MC_BENCH_ATTN=only timeout 90 "$dir/test_cuda_attention" > "$OUT/attn_bench_$name.log" 2>&1
+        grep BENCH "$OUT/attn_bench_$name.log"
+    done
+fi
 if [ "${NCU:-0}" = 1 ]; then
     NCU_BIN=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     echo "== ncu: attention backward (llama shape), one launch, full set"
