@@ -22,7 +22,6 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* elements per chunk: AdamW runs one block per chunk; the sum of squares, a persistent grid
@@ -75,7 +74,7 @@ __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_
 __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
                              float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
                              const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
-                             bool vec, bool deep) {
+                             bool vec) {
     const int64_t chunk = ADAMW_CHUNK;
     for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
         const seg_entry seg = segs[find_segment(segs, nseg, c)];
@@ -84,40 +83,6 @@ __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict_
         const int64_t len = seg.count - local < chunk ? seg.count - local : chunk;
         const float decay = seg.decay;
         int64_t done = 0;
-        if (deep && vec && ((seg.offset | seg.grad_offset) & 3) == 0 && len == chunk && blockDim.x == ADAMW_THREADS) {
-            /* a whole chunk: every load of this thread's four float4 of each array issued
-             * before the first use (256 bytes in flight a thread) */
-            constexpr int PER = ADAMW_CHUNK / 4 / ADAMW_THREADS;
-            float4 p[PER], m[PER], v[PER], g[PER];
-#pragma unroll
-            for (int r = 0; r < PER; r++) {
-                const int64_t q = threadIdx.x + r * ADAMW_THREADS;
-                p[r] = __ldcs(reinterpret_cast<const float4 *>(param + i0 + 4 * q));
-                m[r] = __ldcs(reinterpret_cast<const float4 *>(exp_avg + i0 + 4 * q));
-                v[r] = __ldcs(reinterpret_cast<const float4 *>(exp_avg_sq + i0 + 4 * q));
-                g[r] = __ldcs(reinterpret_cast<const float4 *>(grad + g0 + 4 * q));
-            }
-#pragma unroll
-            for (int r = 0; r < PER; r++) {
-                const int64_t q = threadIdx.x + r * ADAMW_THREADS, i = i0 + 4 * q, gi = g0 + 4 * q;
-                adamw_elem(p[r].x, m[r].x, v[r].x, g[r].x, decay, s);
-                adamw_elem(p[r].y, m[r].y, v[r].y, g[r].y, decay, s);
-                adamw_elem(p[r].z, m[r].z, v[r].z, g[r].z, decay, s);
-                adamw_elem(p[r].w, m[r].w, v[r].w, g[r].w, decay, s);
-                __stcs(reinterpret_cast<float4 *>(param + i), p[r]);
-                __stcs(reinterpret_cast<float4 *>(exp_avg + i), m[r]);
-                __stcs(reinterpret_cast<float4 *>(exp_avg_sq + i), v[r]);
-                if (copy_dt == MC_BF16) {
-                    uint2 u;
-                    u.x = mc_bf16pair(p[r].x, p[r].y), u.y = mc_bf16pair(p[r].z, p[r].w);
-                    __stcs(reinterpret_cast<uint2 *>((__nv_bfloat16 *)param_copy + gi), u);
-                } else {
-                    store_copy(param_copy, copy_dt, gi, p[r].x), store_copy(param_copy, copy_dt, gi + 1, p[r].y);
-                    store_copy(param_copy, copy_dt, gi + 2, p[r].z), store_copy(param_copy, copy_dt, gi + 3, p[r].w);
-                }
-            }
-            continue;
-        }
         if (vec && ((seg.offset | seg.grad_offset) & 3) == 0) {
             const int64_t n4 = len >> 2;
 #pragma unroll 4
@@ -226,11 +191,9 @@ void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
     unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
     bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
                mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
-    static int deep = -1; /* MC_ADAMW_DEEP=1: the whole-chunk path (A/B) */
-    if (deep < 0) deep = getenv("MC_ADAMW_DEEP") && strcmp(getenv("MC_ADAMW_DEEP"), "1") == 0;
     adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
                                                          copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                         total_chunks, s, vec, deep == 1);
+                                                         total_chunks, s, vec);
     MC_CUDA_LAUNCHED(st, op);
 }
 
