@@ -64,9 +64,8 @@ void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const
  * (the warp-per-row kernel above reads 2 bytes a lane: ~1 TB/s, measured); also zeroes the
  * row's dQ accumulator when there is one (instead of a separate memset). */
 template <int TPR>
-__global__ void __launch_bounds__(256) attn_rowdot_vec_kernel(attn_geom g, float *D, float *dq_zero, int *counter_zero,
+__global__ void __launch_bounds__(256) attn_rowdot_vec_kernel(attn_geom g, float *D, float *dq_zero,
                                                               const __nv_bfloat16 *dout, const __nv_bfloat16 *out) {
-    if (counter_zero && blockIdx.x == 0 && threadIdx.x == 0) *counter_zero = 0;
     const int64_t nrows = (int64_t)g.S * g.B * g.H;
     const int64_t row = ((int64_t)blockIdx.x * 256 + threadIdx.x) / TPR;
     const int c = (int)(threadIdx.x % TPR);
@@ -95,21 +94,20 @@ __global__ void __launch_bounds__(256) attn_rowdot_vec_kernel(attn_geom g, float
     }
 }
 
-void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, int *counter_zero,
-                             const __nv_bfloat16 *dout, const __nv_bfloat16 *out) {
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, const __nv_bfloat16 *dout,
+                             const __nv_bfloat16 *out) {
     const bool vec = (g.d == 64 || g.d == 128) && ((uintptr_t)dout & 15) == 0 && ((uintptr_t)out & 15) == 0;
     if (!vec) {
         attn_launch_rowdot<__nv_bfloat16>(st, g, D, dout, out);
         if (dq_zero) ATTN_CUDA(cudaMemsetAsync(dq_zero, 0, (size_t)g.B * g.H * g.S * g.d * sizeof(float), st));
-        if (counter_zero) ATTN_CUDA(cudaMemsetAsync(counter_zero, 0, sizeof(int), st));
         return;
     }
     const int64_t threads = (int64_t)g.S * g.B * g.H * (g.d / 8), blocks = (threads + 255) / 256;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: %lld rows is too many", (long long)(threads / (g.d / 8)));
     if (g.d == 64)
-        attn_rowdot_vec_kernel<8><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, counter_zero, dout, out);
+        attn_rowdot_vec_kernel<8><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, dout, out);
     else
-        attn_rowdot_vec_kernel<16><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, counter_zero, dout, out);
+        attn_rowdot_vec_kernel<16><<<(unsigned)blocks, 256, 0, st>>>(g, D, dq_zero, dout, out);
     ATTN_CHECK_LAUNCH("attn_rowdot_vec_kernel");
 }
 void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out) {
@@ -240,10 +238,9 @@ static size_t attn_dq_acc_bytes(const mc_attn_desc *d) {
     return attn_round256((size_t)d->batch * (size_t)d->heads * (size_t)d->seq * (size_t)d->head_dim * sizeof(float));
 }
 
-/* BF16: 256 bytes more, for the wgmma backward's work counter (after D and dq_acc) */
 extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype) {
     MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
-    return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0) + (dtype == MC_BF16 ? 256 : 0);
+    return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0);
 }
 
 extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
@@ -278,11 +275,9 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
                         *x = (const __nv_bfloat16 *)qkv->data;
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
-    const bool wgmma = attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g);
-    int *counter = wgmma ? (int *)((char *)workspace + need - 256) : NULL;
-    attn_launch_rowdot_bf16(stream, g, D, dq_acc, counter, dO, O); /* also zeroes dq_acc and the counter */
-    if (wgmma)
-        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc, counter);
+    attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
+        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else if (attn_use_mma(g, dt, x, dx, dO, NULL))
         attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
     else

@@ -196,11 +196,10 @@ __host__ __device__ __forceinline__ int attn_cdiv(int64_t a, int64_t b) { return
 /* ---- launchers (each file's entry points) ---- */
 
 /* attention.cu: D[b, h, i] = sum_c dO[i, c] O[i, c] (F32), for F32, BF16 or F16 dO and O; the
- * BF16 one also zeroes the F32 dQ accumulator [B, H, S, d] when dq_zero is not NULL and the
- * wgmma backward's work counter when counter_zero is not NULL. */
+ * BF16 one also zeroes the F32 dQ accumulator [B, H, S, d] when dq_zero is not NULL. */
 void attn_launch_rowdot_f32(cudaStream_t st, const attn_geom &g, float *D, const float *dout, const float *out);
-void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, int *counter_zero,
-                             const __nv_bfloat16 *dout, const __nv_bfloat16 *out);
+void attn_launch_rowdot_bf16(cudaStream_t st, const attn_geom &g, float *D, float *dq_zero, const __nv_bfloat16 *dout,
+                             const __nv_bfloat16 *out);
 void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const __half *dout, const __half *out);
 
 /* attention_simple.cu: the simple tiled kernels (any d <= ATTN_SIMPLE_MAX_D), F32 math on F32,
@@ -232,13 +231,12 @@ void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dq
 
 /* attention_wgmma_{fwd,bwd_pipe,dq}.cu: Hopper wgmma kernels for d = 64 without dropout or
  * seg_start, on a compute capability 9.0 device (attention.cu checks all that). The
- * backward (its key-side kernel software-pipelined and persistent) sums dQ into dq_acc
- * (zeroed by the caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by
- * attn_wg_dq's separate pass; `counter` is one int in device memory, zeroed by the caller,
- * from which the key-side kernel's blocks take their work. */
+ * backward (its key-side kernel software-pipelined) sums dQ into dq_acc (zeroed by the
+ * caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by attn_wg_dq's
+ * separate pass. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, int *counter);
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                 const __nv_bfloat16 *qkv, const float *lse, const float *D);
 

@@ -6,11 +6,10 @@
  * (attention_wgmma_dq.cu). The other cases keep the mma.sync kernels of
  * attention_bf16_bwd.cu.
  *
- * Unit = (128 keys, kv group, batch), worked by one block of two warpgroups; warpgroup w
- * owns keys 64 w .. 64 w + 63, their dK and dV in registers for the whole unit. The unit's
- * items are the group's heads in order and, for each, the 64-query tiles from the diagonal
- * to S (a fixed order: dK/dV sum over the query heads deterministically); an item is one
- * (head, query tile). Q and dO
+ * Block = (128 keys, kv group, batch), two warpgroups; warpgroup w owns keys 64 w .. 64 w +
+ * 63, its dK and dV in registers for the whole kernel. The block walks the group's heads in
+ * order and, for each, the 64-query tiles from the diagonal to S (a fixed order: dK/dV sum
+ * over the query heads deterministically); an item is one (head, query tile). Q and dO
  * tiles (with lse and D) are staged by cp.async, 128B-swizzled (wgmma.h). Per item each
  * warpgroup, transposed so that its keys are the M rows:
  *   S^T = K Q^T, dP^T = V dO^T     wgmma m64n64k16 x 4 each, both operands in shared memory,
@@ -110,30 +109,10 @@
  *         wait leave the add issued in the same iteration in flight. The stagers'
  *         fence.proxy.async and the barrier of iteration j precede thread 0's add of
  *         dQ(j - 1) in step 0 of iteration j + 1.
- *   - a unit's end: KQ(last), the add of dQ(last - 1), wait<0>, stage dQ(last) (its
- *     buffer's last add, dQ(last - 3), was read before the loop's last barrier), fence,
- *     __syncthreads (both warpgroups' wgmma retired), the add of dQ(last); the next unit's
- *     start has thread 0 wait for the reads of those adds before its barrier, and at the
- *     block's end for every add to land.
- *
- * Persistent blocks: one a multiprocessor (the shared memory allows no more); each takes
- * units in order from a counter in global memory (zeroed by the D pass before the launch;
- * units numbered key tile first, so the longest come first and the counter hands out the
- * rest greedily), the block's first unit being its block index. A block of a one-unit
- * grid per (key tile, group, batch), as before, paid for each unit the latency of loading
- * K and V and the first item before any product, the wait for its last bulk adds to land,
- * and the block's exit and relaunch: ~7 us a unit on GPT-2's shape (an item takes ~2.7 us),
- * where a unit has 9 items on average. Here, within unit U:
- *   - thread 0 takes the next unit from the counter at U's start (atomicAdd; its latency
- *     runs under item 0) and publishes it in shared memory before item 0's barrier;
- *   - K and V of the next unit go into the other of two K/V buffers at item 1 (their own
- *     cp.async group, committed last, so that item 1's wait leaves them in flight); that
- *     buffer's last reader, the previous unit's last KQ, retired before U started;
- *   - the next unit's item 0 is loaded at U's last item, as item j + 1 always is (a
- *     one-item unit loads both after its item, when the next unit is known);
- *   - U's end is as above; dK and dV go to global memory and restart at zero.
- * The tensor pipeline still drains at each unit's end (the accumulators belong to the
- * unit), and each unit still issues KQ(-1) on zeros.
+ *   - the end: KQ(last), the add of dQ(last - 1), wait<0>, stage dQ(last) (its buffer's
+ *     last add, dQ(last - 3), was read before the loop's last barrier), fence,
+ *     __syncthreads, the add of dQ(last), and thread 0 waits for every bulk add to land
+ *     before the block ends.
  *
  * Also:
  *   - lse and D come by cp.async with the tiles (4 bytes a thread), not by loads: in the
@@ -145,9 +124,9 @@
  *   - dQ staging rotates each thread's four 8-column float2 stores by its row
  *     ((lane / 4) % 4): the staging rows are 256 bytes, so without it the 8 rows of a
  *     store instruction fall on the same 8 banks; with it a half-warp covers all 32.
- * Configuration (ptxas -v, sm_90a, CUDA 13): 2 warpgroups, 128-key units, one block per
- * SM, 194.5 KB of shared memory (2 K/V buffers; 3 stages of Q, dO, lse, D; 2 dS^T and 3 dQ
- * buffers), 254 registers with dq_acc and 248 without, no spills, no wgmma serialization.
+ * Configuration (ptxas -v, sm_90a, CUDA 13): 2 warpgroups, 128-key blocks, one block per
+ * SM, 162.5 KB of shared memory (K, V; 3 stages of Q, dO, lse, D; 2 dS^T and 3 dQ
+ * buffers), 220 registers with dq_acc and 216 without, no spills, no wgmma serialization.
  */
 #include <limits.h>
 
@@ -160,76 +139,57 @@ struct wbp_cfg {
     static constexpr int NDQ = 3;                       /* dQ staging buffers */
     static constexpr size_t TILE = 64 * 128;            /* one swizzled [64][64] BF16 tile */
     static constexpr size_t DQ_TILE = 64 * 64;          /* floats: a query tile's dQ, F32 */
-    static constexpr size_t KV = 2 * (size_t)BN * 128;  /* one unit's K and V */
-    static constexpr size_t SMEM = 1024 + 2 * KV /* K, V of this unit and the next */ + 2 * NSTAGE * TILE /* Q, dO */ +
+    static constexpr size_t SMEM = 1024 + 2 * (size_t)BN * 128 /* K, V */ + 2 * NSTAGE * TILE /* Q, dO */ +
                                    2 * NWG * TILE /* dS^T, 2 buffers */ + 2 * NSTAGE * 64 * sizeof(float) /* lse, D */ +
-                                   NDQ * DQ_TILE * sizeof(float) /* dQ staging */ + 16 /* the next unit */;
+                                   NDQ * DQ_TILE * sizeof(float) /* dQ staging */;
 };
-
-/* A unit: the block's 128 keys (key tile kt) of one kv group and batch row, and its items. */
-struct wbp_unit {
-    int grp, b, j0, qt0, nqt, nitems;
-};
-__device__ __forceinline__ wbp_unit wbp_unit_at(const attn_geom &g, int u) {
-    const int ngb = g.G * g.B;
-    const int kt = u / ngb, gb = u - kt * ngb; /* key tile 0 has the most queries: first */
-    wbp_unit U;
-    U.grp = gb % g.G;
-    U.b = gb / g.G;
-    U.j0 = kt * wbp_cfg::BN;
-    U.qt0 = U.j0 / 64;
-    U.nqt = attn_cdiv(g.S, 64) - U.qt0;
-    U.nitems = g.hpg * U.nqt;
-    return U;
-}
 
 template <bool DQ>
 __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                          const __nv_bfloat16 *dout,
                                                                          const __nv_bfloat16 *qkv, const float *lse,
-                                                                         const float *D_, float *dq_acc, int *sched) {
+                                                                         const float *D_, float *dq_acc) {
     using C = wbp_cfg;
     constexpr int NWG = C::NWG, NT = C::NT, NSTAGE = C::NSTAGE;
     constexpr int DQN = 64 / NWG, DQR = DQN / 2; /* dQ columns and accumulator registers a warpgroup */
     static_assert(NWG == 2, "the dQ column split is for two warpgroups");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *KVs = wg_smem_align1024(smem_raw);   /* [2][K: BN rows, V: BN rows] by unit parity */
-    unsigned char *Qs = KVs + 2 * C::KV;                /* [NSTAGE][64] rows */
-    unsigned char *dOs = Qs + NSTAGE * C::TILE;         /* [NSTAGE][64] rows */
-    unsigned char *dSs = dOs + NSTAGE * C::TILE;        /* [2][NWG][64] rows: dS^T by item parity, warpgroup */
-    float *lse_s = (float *)(dSs + 2 * NWG * C::TILE);  /* [NSTAGE][64] lse (0 past S) */
-    float *D_s = lse_s + NSTAGE * 64;                   /* [NSTAGE][64] D (0 past S) */
-    float *dQs = D_s + NSTAGE * 64;                     /* [NDQ][64][64] F32: dQ staged for the bulk adds */
-    int *next_s = (int *)(dQs + C::NDQ * C::DQ_TILE);   /* the next unit, fetched by thread 0 */
+    unsigned char *Ks = wg_smem_align1024(smem_raw); /* [BN] rows */
+    unsigned char *Vs = Ks + C::BN * 128;             /* [BN] rows */
+    unsigned char *Qs = Vs + C::BN * 128;             /* [NSTAGE][64] rows */
+    unsigned char *dOs = Qs + NSTAGE * C::TILE;       /* [NSTAGE][64] rows */
+    unsigned char *dSs = dOs + NSTAGE * C::TILE;      /* [2][NWG][64] rows: dS^T by item parity, warpgroup */
+    float *lse_s = (float *)(dSs + 2 * NWG * C::TILE); /* [NSTAGE][64] lse (0 past S) */
+    float *D_s = lse_s + NSTAGE * 64;                  /* [NSTAGE][64] D (0 past S) */
+    float *dQs = D_s + NSTAGE * 64;                    /* [NDQ][64][64] F32: dQ staged for the bulk adds */
 
-    const int nunits = attn_cdiv(g.S, C::BN) * g.G * g.B;
+    const int64_t ngb = (int64_t)g.G * g.B;
+    const int kt = (int)(blockIdx.x / ngb); /* key tile 0 has the most queries: first */
+    const int gb = (int)(blockIdx.x % ngb), grp = gb % g.G, b = gb / g.G;
+    const int j0 = kt * C::BN;
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int jw0 = j0 + 64 * wg;          /* the warpgroup's first key */
     const int krow = 16 * warp + lane / 4; /* this thread's key rows krow, krow + 8 (local) */
     const int cq = 2 * (lane % 4);
+    const int nq = attn_cdiv(g.S, 64), qt0 = j0 / 64, nqt = nq - qt0, nitems = g.hpg * nqt;
     const int64_t obs = (int64_t)g.B * g.H * 64; /* out/dout stride between positions */
+    const unsigned char *Kw = Ks + wg * C::TILE, *Vw = Vs + wg * C::TILE;
 
-    auto item_h = [&](const wbp_unit &U, int item) { return U.grp * g.hpg + item / U.nqt; };
-    auto item_i0 = [&](const wbp_unit &U, int item) { return (U.qt0 + item % U.nqt) * 64; };
+    auto item_h = [&](int item) { return grp * g.hpg + item / nqt; };
+    auto item_i0 = [&](int item) { return (qt0 + item % nqt) * 64; };
 
     /* item's Q, dO tiles and its lse, D rows into stage `stage`, by cp.async (no commit) */
-    auto load_item = [&](const wbp_unit &U, int item, int stage) {
-        const int h = item_h(U, item), i0 = item_i0(U, item);
-        wg_load_tile<64, NT>(Qs + stage * C::TILE, qkv, attn_q_off(g, 0, U.b, h), g.row_stride, i0, g.S, tid);
-        wg_load_tile<64, NT>(dOs + stage * C::TILE, dout, attn_o_off(g, 0, U.b, h), obs, i0, g.S, tid);
+    auto load_item = [&](int item, int stage) {
+        const int h = item_h(item), i0 = item_i0(item);
+        wg_load_tile<64, NT>(Qs + stage * C::TILE, qkv, attn_q_off(g, 0, b, h), g.row_stride, i0, g.S, tid);
+        wg_load_tile<64, NT>(dOs + stage * C::TILE, dout, attn_o_off(g, 0, b, h), obs, i0, g.S, tid);
         if (tid < 128) { /* warps 0, 1: lse; warps 2, 3: D */
             const int r = tid & 63, i = i0 + r;
             const float *src = tid < 64 ? lse : D_;
             float *dst = (tid < 64 ? lse_s : D_s) + stage * 64 + r;
             const bool ok = i < g.S;
-            attn_cp_async4(dst, ok ? src + attn_row_off(g, i, U.b, h) : src, ok);
+            attn_cp_async4(dst, ok ? src + attn_row_off(g, i, b, h) : src, ok);
         }
-    };
-    /* the unit's K and V rows into K/V buffer kvb, by cp.async (no commit) */
-    auto load_kv = [&](const wbp_unit &U, int kvb) {
-        const int64_t kbase = attn_k_off(g, 0, U.b, U.grp);
-        unsigned char *Kd = KVs + kvb * C::KV;
-        wg_load_tile<C::BN, NT>(Kd, qkv, kbase, g.row_stride, U.j0, g.S, tid);
-        wg_load_tile<C::BN, NT>(Kd + C::BN * 128, qkv, kbase + 64, g.row_stride, U.j0, g.S, tid);
     };
 
     float dk[32], dv[32], st[32], dpt[32], dqa[DQR];
@@ -272,19 +232,19 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         }
     };
     auto dq_buf = [&](int item) { return dQs + (size_t)((item + C::NDQ) % C::NDQ) * C::DQ_TILE; }; /* item >= -1 */
-    /* thread 0: dq_acc rows of the unit's `item` += its staged dQ (one bulk add: the rows are contiguous) */
-    auto add_dq = [&](const wbp_unit &U, int item) {
-        const int i0 = item_i0(U, item);
-        wg_bulk_add_f32(dq_acc + attn_row_off(g, i0, U.b, item_h(U, item)) * 64, dq_buf(item),
+    /* thread 0: dq_acc rows of `item` += its staged dQ (one bulk add: the rows are contiguous) */
+    auto add_dq = [&](int item) {
+        const int i0 = item_i0(item);
+        wg_bulk_add_f32(dq_acc + attn_row_off(g, i0, b, item_h(item)) * 64, dq_buf(item),
                         (uint32_t)(min(64, g.S - i0) * 64 * sizeof(float)));
         wg_bulk_commit();
     };
 
     /* KQ(item): dK += dS^T Q (A = dS^T K-major, B = Q MN-major), and dQ = dS K over the
-     * unit's 128 keys (A = both warpgroups' dS^T tiles, consecutive: k-step k of 16 keys
+     * block's 128 keys (A = both warpgroups' dS^T tiles, consecutive: k-step k of 16 keys
      * starts 2048 k bytes in, read MN-major; B = K MN-major, this warpgroup's DQN columns
      * starting 2 DQN w bytes into its rows). One commit group. */
-    auto issue_kq = [&](const unsigned char *dSb, const unsigned char *Qb, const unsigned char *Ks) {
+    auto issue_kq = [&](const unsigned char *dSb, const unsigned char *Qb) {
         wg_fence_acc(dqa);
         wg_arrive();
 #pragma unroll
@@ -298,229 +258,162 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         wg_commit();
     };
 
-    /* the block's first unit (the grid is at most the unit count) and its first item */
-    wbp_unit U = wbp_unit_at(g, blockIdx.x);
-    int kvb = 0;  /* K/V buffer of unit U */
-    int sc = 0;   /* the stage of U's item j; item j - 1's is sc - 1 mod NSTAGE, item j + 1's sc + 1 */
-    load_kv(U, 0);
-    load_item(U, 0, 0);
+    /* prologue: K, V and item 0 landed and visible. KQ(-1), issued with item 0, reads the
+     * dS^T buffer of parity 1 and the Q stage NSTAGE - 1: zeroed here, so that it adds
+     * exact zeros to dK (its dQ is staged but never added) */
+    const int64_t kbase = attn_k_off(g, 0, b, grp);
+    wg_load_tile<C::BN, NT>(Ks, qkv, kbase, g.row_stride, j0, g.S, tid);
+    wg_load_tile<C::BN, NT>(Vs, qkv, kbase + 64, g.row_stride, j0, g.S, tid);
+    load_item(0, 0);
     attn_cp_async_commit();
+    {
+        uint4 *z1 = reinterpret_cast<uint4 *>(dSs + NWG * C::TILE);
+        uint4 *z2 = reinterpret_cast<uint4 *>(Qs + (NSTAGE - 1) * C::TILE);
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        for (int e = tid; e < (int)(NWG * C::TILE / 16); e += NT) z1[e] = zero;
+        for (int e = tid; e < (int)(C::TILE / 16); e += NT) z2[e] = zero;
+    }
+    attn_cp_async_wait<0>();
+    wg_fence_proxy();
+    __syncthreads();
 
-    for (;;) {
-        /* Unit start: no wgmma in flight, every warp past the previous unit's last reads
-         * of shared memory (the barrier below the loop). KQ(-1), issued with item 0, reads
-         * the dS^T buffer of parity 1 and the stage before item 0's: zeroed here, so that it
-         * adds exact zeros to dK (its dQ is staged but never added). The next unit comes
-         * from the counter now; thread 0 publishes it before item 0's barrier. */
-        int fetched = 0;
-        if (tid == 0) fetched = (int)gridDim.x + atomicAdd(sched, 1);
-        {
-            uint4 *z1 = reinterpret_cast<uint4 *>(dSs + NWG * C::TILE);
-            uint4 *z2 = reinterpret_cast<uint4 *>(Qs + (sc == 0 ? NSTAGE - 1 : sc - 1) * C::TILE);
-            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-            for (int e = tid; e < (int)(NWG * C::TILE / 16); e += NT) z1[e] = zero;
-            for (int e = tid; e < (int)(C::TILE / 16); e += NT) z2[e] = zero;
-        }
+    int sc = 0; /* item j's stage; item j - 1's is sc - 1 mod NSTAGE, item j + 1's sc + 1 */
+    for (int j = 0; j < nitems; j++) {
+        const int i0 = item_i0(j);
+        const int sp = sc == 0 ? NSTAGE - 1 : sc - 1, sn = sc == NSTAGE - 1 ? 0 : sc + 1;
+        const unsigned char *Qb = Qs + sc * C::TILE, *dOb = dOs + sc * C::TILE;
+        const float *lse_b = lse_s + sc * 64, *D_b = D_s + sc * 64;
+        unsigned char *dSw = dSs + (j & 1) * NWG * C::TILE + wg * C::TILE; /* this warpgroup's dS^T of item j */
+
+        /* 0. (after the previous item's barrier) S(j), KQ(j - 1), P(j); the bulk add of
+         * dQ(j - 2); item j + 1's loads. Pending before: V(j - 1). */
+        wg_fence_acc(st);
+        wg_arrive(); /* S(j): S^T = K Q^T */
+#pragma unroll
+        for (int k = 0; k < 4; k++) wg_mma_ss_n64<0, 0>(st, wg_desc(Kw + 32 * k), wg_desc(Qb + 32 * k), k > 0);
+        wg_commit();
+        issue_kq(dSs + ((j - 1) & 1) * NWG * C::TILE, Qs + sp * C::TILE);
+        wg_fence_acc(dpt);
+        wg_arrive(); /* P(j): dP^T = V dO^T */
+#pragma unroll
+        for (int k = 0; k < 4; k++) wg_mma_ss_n64<0, 0>(dpt, wg_desc(Vw + 32 * k), wg_desc(dOb + 32 * k), k > 0);
+        wg_commit();
         if constexpr (DQ) {
-            if (tid == 0) wg_bulk_wait_read<0>(); /* the previous unit's adds have read their staging */
+            if (tid == 0 && j >= 2) add_dq(j - 2);
         }
-        attn_cp_async_wait<0>(); /* U's K, V and item 0 */
-        wg_fence_proxy();
-        __syncthreads();
-
-        const unsigned char *Ks = KVs + kvb * C::KV, *Vs = Ks + C::BN * 128;
-        const unsigned char *Kw = Ks + wg * C::TILE, *Vw = Vs + wg * C::TILE;
-        const int jw0 = U.j0 + 64 * wg; /* the warpgroup's first key */
-        int nxt = -1;                   /* the next unit (known after item 0's barrier), -1: none */
-
-        for (int j = 0; j < U.nitems; j++) {
-            const int i0 = item_i0(U, j);
-            const int sp = sc == 0 ? NSTAGE - 1 : sc - 1, sn = sc == NSTAGE - 1 ? 0 : sc + 1;
-            const unsigned char *Qb = Qs + sc * C::TILE, *dOb = dOs + sc * C::TILE;
-            const float *lse_b = lse_s + sc * 64, *D_b = D_s + sc * 64;
-            unsigned char *dSw = dSs + (j & 1) * NWG * C::TILE + wg * C::TILE; /* this warpgroup's dS^T of item j */
-
-            /* 0. (after the previous item's barrier) S(j), KQ(j - 1), P(j); the bulk add of
-             * dQ(j - 2); the next item's loads (U's item j + 1, or the next unit's item 0)
-             * and, at item 1, the next unit's K and V (their own group, committed last).
-             * Pending before: V(j - 1). */
-            wg_fence_acc(st);
-            wg_arrive(); /* S(j): S^T = K Q^T */
-#pragma unroll
-            for (int k = 0; k < 4; k++) wg_mma_ss_n64<0, 0>(st, wg_desc(Kw + 32 * k), wg_desc(Qb + 32 * k), k > 0);
-            wg_commit();
-            issue_kq(dSs + ((j - 1) & 1) * NWG * C::TILE, Qs + sp * C::TILE, Ks);
-            wg_fence_acc(dpt);
-            wg_arrive(); /* P(j): dP^T = V dO^T */
-#pragma unroll
-            for (int k = 0; k < 4; k++) wg_mma_ss_n64<0, 0>(dpt, wg_desc(Vw + 32 * k), wg_desc(dOb + 32 * k), k > 0);
-            wg_commit();
-            if constexpr (DQ) {
-                if (tid == 0 && j >= 2) add_dq(U, j - 2);
-            }
-            if (j + 1 < U.nitems) {
-                load_item(U, j + 1, sn);
-                attn_cp_async_commit();
-            } else if (nxt >= 0) {
-                load_item(wbp_unit_at(g, nxt), 0, sn);
-                attn_cp_async_commit();
-            }
-            const bool kv_next = j == 1 && nxt >= 0;
-            if (kv_next) {
-                load_kv(wbp_unit_at(g, nxt), kvb ^ 1);
-                attn_cp_async_commit();
-            }
-
-            /* 1. S(j) done (V(j - 1) with it): P^T in F32 while KQ(j - 1) and P(j) run. A
-             * warpgroup whose keys all follow the tile's queries (warpgroup 1 on the diagonal
-             * tile) gets P^T = 0 from the mask, hence dS^T = 0: it adds zeros to dK, dV, dQ. */
-            wg_wait<2>();
-            wg_fence_acc(st);
-            {
-                /* element (jj, e): key jw0 + krow + 8 (e / 2), query i0 + 8 jj + cq + e % 2 */
-                const bool need_mask = i0 < jw0 + 63;
-#pragma unroll
-                for (int jj = 0; jj < 8; jj++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int qc = 8 * jj + cq + (e & 1);
-                        float p = attn_ex2(st[4 * jj + e] * g.scale_log2 - lse_b[qc] * ATTN_LOG2E);
-                        if (need_mask && jw0 + krow + 8 * (e >> 1) > i0 + qc) p = 0.0f;
-                        st[4 * jj + e] = p;
-                    }
-            }
-#pragma unroll
-            for (int k = 0; k < 4; k++) wg_pack_a(pa[k], st, k);
-#pragma unroll
-            for (int k = 0; k < 4; k++) wg_fence_acc(pa[k]);
-            wg_arrive(); /* V(j): dV += P^T dO, dO as an MN-major operand */
-#pragma unroll
-            for (int k = 0; k < 4; k++) wg_mma_rs_n64<1>(dv, pa[k], wg_desc(dOb + 2048 * k), 1);
-            wg_commit();
-
-            /* 2. KQ(j - 1) and P(j) done: stage dQ(j - 1), then dS^T, while V(j) runs */
-            wg_wait<1>();
-            wg_fence_acc(dpt);
-            wg_fence_acc(dqa);
-            if constexpr (DQ) stage_dq(dq_buf(j - 1)); /* (j = 0: zeros into the last buffer, never added) */
-            /* dS^T rows (keys) to shared memory: the A operand of dK (K-major) and of dQ (MN-major) */
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++)
-#pragma unroll
-                for (int hf = 0; hf < 2; hf++) {
-                    const int qc = 8 * jj + cq;
-                    const float d0 = st[4 * jj + 2 * hf] * (dpt[4 * jj + 2 * hf] - D_b[qc]) * g.scale;
-                    const float d1 = st[4 * jj + 2 * hf + 1] * (dpt[4 * jj + 2 * hf + 1] - D_b[qc + 1]) * g.scale;
-                    *reinterpret_cast<uint32_t *>(dSw + wg_sw_off(krow + 8 * hf, qc)) = wg_pack(d0, d1);
-                }
-
-            /* 3. the next item's tiles landed (this thread's copies; the next unit's K and V
-             * may stay in flight); this item's dS^T and the staged dQ(j - 1) written: all
-             * visible to the async proxy after the barrier; thread 0's bulk adds but the
-             * newest (dQ(j - 2)) have read their staging buffers; after item 0's barrier
-             * everyone knows the next unit */
-            if (kv_next) attn_cp_async_wait<1>();
-            else attn_cp_async_wait<0>();
-            wg_fence_proxy();
-            if constexpr (DQ) {
-                if (tid == 0) wg_bulk_wait_read<1>();
-            }
-            if (j == 0 && tid == 0) *next_s = fetched;
-            __syncthreads();
-            if (j == 0) {
-                const int f = *next_s;
-                if (f < nunits) nxt = f;
-            }
-            sc = sn;
-        } /* pending across the loop's back edge: V(j) only (dv accumulates, pa is rewritten after the next wait) */
-
-        /* a one-item unit: the next unit's item 0, K and V only now (nxt was not known at
-         * item 0's loads) */
-        if (U.nitems == 1 && nxt >= 0) {
-            const wbp_unit N = wbp_unit_at(g, nxt);
-            load_item(N, 0, sc);
-            load_kv(N, kvb ^ 1);
+        if (j + 1 < nitems) {
+            load_item(j + 1, sn);
             attn_cp_async_commit();
         }
 
-        /* the unit's last KQ; the bulk adds of its last two dQ (the last one's not waited
-         * for until the block ends: the next unit's start waits for its read) */
-        const int last = U.nitems - 1;
-        issue_kq(dSs + (last & 1) * NWG * C::TILE, Qs + (sc == 0 ? NSTAGE - 1 : sc - 1) * C::TILE, Ks);
-        if constexpr (DQ) {
-            if (tid == 0 && last >= 1) add_dq(U, last - 1);
+        /* 1. S(j) done (V(j - 1) with it): P^T in F32 while KQ(j - 1) and P(j) run. A
+         * warpgroup whose keys all follow the tile's queries (warpgroup 1 on the diagonal
+         * tile) gets P^T = 0 from the mask, hence dS^T = 0: it adds zeros to dK, dV, dQ. */
+        wg_wait<2>();
+        wg_fence_acc(st);
+        {
+            /* element (jj, e): key jw0 + krow + 8 (e / 2), query i0 + 8 jj + cq + e % 2 */
+            const bool need_mask = i0 < jw0 + 63;
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qc = 8 * jj + cq + (e & 1);
+                    float p = attn_ex2(st[4 * jj + e] * g.scale_log2 - lse_b[qc] * ATTN_LOG2E);
+                    if (need_mask && jw0 + krow + 8 * (e >> 1) > i0 + qc) p = 0.0f;
+                    st[4 * jj + e] = p;
+                }
         }
-        wg_wait<0>();
-        wg_fence_acc(dk);
-        wg_fence_acc(dv);
+#pragma unroll
+        for (int k = 0; k < 4; k++) wg_pack_a(pa[k], st, k);
+#pragma unroll
+        for (int k = 0; k < 4; k++) wg_fence_acc(pa[k]);
+        wg_arrive(); /* V(j): dV += P^T dO, dO as an MN-major operand */
+#pragma unroll
+        for (int k = 0; k < 4; k++) wg_mma_rs_n64<1>(dv, pa[k], wg_desc(dOb + 2048 * k), 1);
+        wg_commit();
+
+        /* 2. KQ(j - 1) and P(j) done: stage dQ(j - 1), then dS^T, while V(j) runs */
+        wg_wait<1>();
+        wg_fence_acc(dpt);
         wg_fence_acc(dqa);
-        if constexpr (DQ) {
-            stage_dq(dq_buf(last));
-            wg_fence_proxy();
-        }
-        /* both warpgroups' wgmma retired (the next unit's start rewrites shared memory they
-         * read), dQ(last) staged */
-        __syncthreads();
-        if constexpr (DQ) {
-            if (tid == 0) add_dq(U, last);
-        }
-
+        if constexpr (DQ) stage_dq(dq_buf(j - 1)); /* (j = 0: zeros into the last buffer, never added) */
+        /* dS^T rows (keys) to shared memory: the A operand of dK (K-major) and of dQ (MN-major) */
 #pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int jk = jw0 + krow + 8 * hf;
-            if (jk >= g.S) continue;
-            __nv_bfloat16 *kd = dqkv + attn_k_off(g, jk, U.b, U.grp) + cq, *vd = dqkv + attn_v_off(g, jk, U.b, U.grp) + cq;
+        for (int jj = 0; jj < 8; jj++)
 #pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
-                *reinterpret_cast<uint32_t *>(kd + 8 * jj) = attn_pack_bf16(dk[4 * jj + 2 * hf], dk[4 * jj + 2 * hf + 1]);
-                *reinterpret_cast<uint32_t *>(vd + 8 * jj) = attn_pack_bf16(dv[4 * jj + 2 * hf], dv[4 * jj + 2 * hf + 1]);
+            for (int hf = 0; hf < 2; hf++) {
+                const int qc = 8 * jj + cq;
+                const float d0 = st[4 * jj + 2 * hf] * (dpt[4 * jj + 2 * hf] - D_b[qc]) * g.scale;
+                const float d1 = st[4 * jj + 2 * hf + 1] * (dpt[4 * jj + 2 * hf + 1] - D_b[qc + 1]) * g.scale;
+                *reinterpret_cast<uint32_t *>(dSw + wg_sw_off(krow + 8 * hf, qc)) = wg_pack(d0, d1);
             }
-        }
-        if (nxt < 0) break;
-#pragma unroll
-        for (int i = 0; i < 32; i++) dk[i] = dv[i] = 0.0f;
-        wg_fence_acc(dk);
-        wg_fence_acc(dv);
-        U = wbp_unit_at(g, nxt);
-        kvb ^= 1;
-    }
-    if constexpr (DQ) {
-        if (tid == 0) wg_bulk_wait<0>(); /* every add landed (and read its source) before the block ends */
-    }
-}
 
-/* Multiprocessors of the current device, cached per device. */
-static int wbp_sm_count() {
-    static int cache[64];
-    int dev = 0;
-    ATTN_CUDA(cudaGetDevice(&dev));
-    if (dev < 0 || dev >= 64) dev = 0;
-    if (cache[dev] == 0) ATTN_CUDA(cudaDeviceGetAttribute(&cache[dev], cudaDevAttrMultiProcessorCount, dev));
-    return cache[dev];
+        /* 3. item j + 1's tiles landed (this thread's copies); this item's dS^T and the staged
+         * dQ(j - 1) written: all visible to the async proxy after the barrier; thread 0's
+         * bulk adds but the newest (dQ(j - 2)) have read their staging buffers */
+        attn_cp_async_wait<0>();
+        wg_fence_proxy();
+        if constexpr (DQ) {
+            if (tid == 0) wg_bulk_wait_read<1>();
+        }
+        __syncthreads();
+        sc = sn;
+    } /* pending across the loop's back edge: V(j) only (dv accumulates, pa is rewritten after the next wait) */
+
+    /* the last item's KQ; the bulk adds of the last two dQ */
+    const int last = nitems - 1;
+    issue_kq(dSs + (last & 1) * NWG * C::TILE, Qs + (last % NSTAGE) * C::TILE);
+    if constexpr (DQ) {
+        if (tid == 0 && last >= 1) add_dq(last - 1);
+    }
+    wg_wait<0>();
+    wg_fence_acc(dk);
+    wg_fence_acc(dv);
+    wg_fence_acc(dqa);
+    if constexpr (DQ) {
+        stage_dq(dq_buf(last));
+        wg_fence_proxy();
+        __syncthreads();
+        if (tid == 0) {
+            add_dq(last);
+            wg_bulk_wait<0>(); /* every add landed (and read its source) before the block ends */
+        }
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int jk = jw0 + krow + 8 * hf;
+        if (jk >= g.S) continue;
+        __nv_bfloat16 *kd = dqkv + attn_k_off(g, jk, b, grp) + cq, *vd = dqkv + attn_v_off(g, jk, b, grp) + cq;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            *reinterpret_cast<uint32_t *>(kd + 8 * jj) = attn_pack_bf16(dk[4 * jj + 2 * hf], dk[4 * jj + 2 * hf + 1]);
+            *reinterpret_cast<uint32_t *>(vd + 8 * jj) = attn_pack_bf16(dv[4 * jj + 2 * hf], dv[4 * jj + 2 * hf + 1]);
+        }
+    }
 }
 
 template <bool DQ>
 static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                       const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc, int *sched) {
+                       const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc) {
     using C = wbp_cfg;
-    const int64_t units = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
-    MC_ASSERT(units <= INT_MAX / 2, "cuda attention: %lld key tiles is too many", (long long)units);
-    const int64_t sms = wbp_sm_count();
-    const unsigned grid = (unsigned)(units < sms ? units : sms); /* one block a multiprocessor */
+    const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
+    MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
     auto kernel = attn_wg_bwd_pipe_kernel<DQ>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-    kernel<<<grid, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, sched);
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
     ATTN_CHECK_LAUNCH("attn_wg_bwd_pipe_kernel");
 }
 
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, int *sched) {
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc) {
     MC_ASSERT(g.d == 64, "cuda attention: the wgmma backward is for head_dim 64, not %d", g.d);
     if (dq_acc) {
-        wbp_launch<true>(st, g, dqkv, dout, qkv, lse, D, dq_acc, sched);
+        wbp_launch<true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
         attn_launch_dq_store(st, g, dqkv, dq_acc);
     } else { /* deterministic: dK, dV here, dQ by its own pass */
-        wbp_launch<false>(st, g, dqkv, dout, qkv, lse, D, nullptr, sched);
+        wbp_launch<false>(st, g, dqkv, dout, qkv, lse, D, nullptr);
         attn_wg_dq(st, g, dqkv, dout, qkv, lse, D);
     }
 }
