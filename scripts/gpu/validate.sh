@@ -7,8 +7,9 @@
 # test_backend_equivalence (MC_TEST_BENCH) and our attention kernels timed, with NCU=1 an
 # Nsight Compute profile of the attention backward, then the CUPTI trace of both bench
 # shapes. Logs under $OUT.
-# With BRANCH_ATTN=1 the packed branches' attention kernels are timed too.
-#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [VARIANTS="VAR=1 ..."] [NCU=0] [TRACE=1] [BRANCH_ATTN=0] \
+# With BRANCH_ATTN=1 the packed branches' attention kernels are timed too; OPS_BENCH=0 skips
+# the kernel benchmarks.
+#   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [VARIANTS="VAR=1 ..."] [NCU=0] [TRACE=1] [BRANCH_ATTN=0] [OPS_BENCH=1] \
 #   bash scripts/gpu/validate.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,9 +29,11 @@ for v in ${VARIANTS:-}; do
     done
 done
 echo "== tests + A/Bs took $(( $(date +%s) - T0 )) s"
-echo "== kernel benchmarks (MC_TEST_BENCH)"
-MC_TEST_BENCH=1 timeout 120 "$B/test_backend_equivalence" > "$OUT/ops_bench.log" 2>&1
-grep -E '^ +bench ' "$OUT/ops_bench.log"
+if [ "${OPS_BENCH:-1}" = 1 ]; then
+    echo "== kernel benchmarks (MC_TEST_BENCH)"
+    MC_TEST_BENCH=1 timeout 120 "$B/test_backend_equivalence" > "$OUT/ops_bench.log" 2>&1
+    grep -E '^ +bench ' "$OUT/ops_bench.log"
+fi
 echo "== attention timings"
 MC_BENCH_ATTN=only timeout 90 "$B/test_cuda_attention" > "$OUT/attn_bench.log" 2>&1
 grep BENCH "$OUT/attn_bench.log"
