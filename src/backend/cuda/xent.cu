@@ -37,6 +37,21 @@ __device__ __forceinline__ void xent_warp_combine(float &m, float &s) {
     }
 }
 
+/* The block's pair: each warp's butterfly, its lane 0's pair into red_m/red_s (one entry a
+ * warp, nwarps of them), a barrier, then warp 0's butterfly over those: afterwards every
+ * lane of warp 0 holds the block's pair (the other warps keep their warp's). */
+__device__ __forceinline__ void xent_block_combine(float &m, float &s, float *red_m, float *red_s, int nwarps) {
+    xent_warp_combine(m, s);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) red_m[warp] = m, red_s[warp] = s;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nwarps ? red_m[lane] : -INFINITY;
+        s = lane < nwarps ? red_s[lane] : 0.0f;
+        xent_warp_combine(m, s);
+    }
+}
+
 template <typename T, bool VEC>
 __global__ void xent_rowstats_kernel(float *rowmax, float *stats, const T *logits, const int32_t *targets, int64_t n,
                                      int64_t v, int64_t vocab_start) {
@@ -78,14 +93,9 @@ __global__ void xent_rowstats_kernel(float *rowmax, float *stats, const T *logit
 #pragma unroll
             for (int k = 0; k < 8; k++) s += __expf(x[u][k] - m); /* ex2.approx: rel. error ~1e-7 near the max */
     }
-    xent_warp_combine(m, s);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    if (lane == 0) red_m[warp] = m, red_s[warp] = s;
-    __syncthreads();
+    xent_block_combine(m, s, red_m, red_s, nwarps);
     if (warp == 0) {
-        m = lane < nwarps ? red_m[lane] : -INFINITY;
-        s = lane < nwarps ? red_s[lane] : 0.0f;
-        xent_warp_combine(m, s);
         if (lane == 0) {
             const int64_t local = (int64_t)targets[row] - vocab_start;
             rowmax[row] = m;
@@ -238,14 +248,9 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
     }
 
     /* 3. the block's pair */
-    xent_warp_combine(m, s);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-    if (lane == 0) red_m[warp] = m, red_s[warp] = s;
-    __syncthreads();
+    xent_block_combine(m, s, red_m, red_s, nwarps);
     if (warp == 0) {
-        m = lane < nwarps ? red_m[lane] : -INFINITY;
-        s = lane < nwarps ? red_s[lane] : 0.0f;
-        xent_warp_combine(m, s);
         if (lane == 0) {
             part[0] = m, part[1] = s;
             if (C == 1) row_pair[0] = m, row_pair[1] = s;
@@ -530,15 +535,8 @@ __global__ void __launch_bounds__(XENT_STREAM_THREADS, XENT_STREAM_MIN_BLOCKS)
         }
 
         /* 4. the block's pair, then the row's, in thread 0 */
-        xent_warp_combine(m, s);
-        if (lane == 0) red_m[warp] = m, red_s[warp] = s;
-        __syncthreads();
-        if (warp == 0) {
-            m = lane < XENT_STREAM_WARPS ? red_m[lane] : -INFINITY;
-            s = lane < XENT_STREAM_WARPS ? red_s[lane] : 0.0f;
-            xent_warp_combine(m, s);
-            if (C > 1 && lane == 0) part[b][0] = m, part[b][1] = s;
-        }
+        xent_block_combine(m, s, red_m, red_s, XENT_STREAM_WARPS);
+        if (C > 1 && warp == 0 && lane == 0) part[b][0] = m, part[b][1] = s;
         float tl = 0.0f; /* the target's logit, in thread 0 of the block that holds it */
         if (C > 1) {
             cg::cluster_group cluster = cg::this_cluster();
