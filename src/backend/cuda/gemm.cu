@@ -29,9 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GEMM_CANDIDATES from the heuristic with our workspace, as many again without any (see
- * entry_build) */
-enum { GEMM_CACHE_SIZE = 256, GEMM_CANDIDATES = 8, GEMM_POOL = 2 * GEMM_CANDIDATES };
+enum { GEMM_CACHE_SIZE = 256, GEMM_CANDIDATES = 8 };
 
 typedef struct gemm_key {
     int64_t m, n, k;
@@ -52,7 +50,7 @@ typedef struct gemm_entry {
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
     /* With autotuning, the heuristic's candidates until the first call times them (then 1) */
-    cublasLtMatmulAlgo_t cand[GEMM_POOL];
+    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
     int ncand;
 } gemm_entry;
 
@@ -176,8 +174,8 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
     return victim; /* unused now: the caller builds it */
 }
 
-/* Time the heuristic's first GEMM_CANDIDATES algorithms (and those needing no workspace)
- * on each GEMM shape's first call and keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
+/* Time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM shape's first call and
+ * keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
  * steps on an H200, bench/RESULTS.md). Only for beta = 0 (the timing runs rewrite the
  * output with the same values; a beta != 0 product, such as the weight gradients
  * accumulating into main_grad, would add itself up again). The choice depends on timings,
@@ -236,33 +234,13 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
     memset(res, 0, sizeof res);
     int nres = 0;
-    const bool tune = gemm_autotune_wanted(st, key);
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref,
-                                                      tune ? GEMM_CANDIDATES : 1, res, &nres);
+    const int want = gemm_autotune_wanted(st, key) ? GEMM_CANDIDATES : 1;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
     e->ncand = 0;
     for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < nres; i++)
         if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= st->lt_workspace_bytes)
             e->cand[e->ncand++] = res[i].algo;
-    /* With autotuning, the algorithms that need no workspace join the pool: cuBLASLt clears
-     * part of the workspace before each run of the others (a 4-byte memset node before
-     * every GEMM of the step, ~2 us with its gap in the CUPTI trace), and the timing below
-     * counts it. Duplicates of the first query's are left out. */
-    if (tune && s == CUBLAS_STATUS_SUCCESS && e->ncand > 0) {
-        uint64_t ws0 = 0;
-        int n0 = 0;
-        if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws0, sizeof ws0) ==
-                CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, GEMM_CANDIDATES, res, &n0) ==
-                CUBLAS_STATUS_SUCCESS) {
-            const int first = e->ncand;
-            for (int i = 0; i < n0 && e->ncand < GEMM_POOL; i++) {
-                bool dup = res[i].state != CUBLAS_STATUS_SUCCESS;
-                for (int j = 0; j < first && !dup; j++) dup = memcmp(&e->cand[j], &res[i].algo, sizeof res[i].algo) == 0;
-                if (!dup) e->cand[e->ncand++] = res[i].algo;
-            }
-        }
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
     e->has_algo = e->ncand > 0;
     if (e->has_algo) e->algo = e->cand[0];
     return s;
