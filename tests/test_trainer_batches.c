@@ -7,10 +7,13 @@
  *  - a step of more micro-batches than slots (12: the ring wraps and waits mid-step) gives
  *    the loss and grad norm of the same 12 samples in 3 micro-batches of 4.
  *    (Bitwise equality is not expected there: GEMMs of 1 and 4 sequences round alike
- *    only by luck.) */
+ *    only by luck);
+ *  - the steps' times (each returns with its update still running, and counts its
+ *    predecessor's) add up to the time the loop took: none counted twice, none lost. */
 #include <math.h>
 #include <string.h>
 
+#include "base/timer.h"
 #include "check.h"
 #include "megatron.h"
 #include "tensor/backend.h"
@@ -32,7 +35,9 @@ static void config(mc_config *c, mc_device_choice dev, int mbs, int gbs) {
     c->precision.bf16 = dev == MC_DEVICE_CUDA_ONLY;
 }
 
-/* Runs STEPS iterations, evaluating on one validation batch after each when `eval`. */
+/* Runs STEPS iterations, evaluating on one validation batch after each when `eval`.
+ * Without evaluation, checks that the steps' elapsed_ms add up to the loop's time (up to
+ * the host's work before the first step's clock starts and after the last one's stops). */
 static int run(const mc_config *c, bool eval, double *loss, double *norm) {
     mc_err err;
     mc_trainer *t = mc_trainer_create(c, &err);
@@ -40,6 +45,7 @@ static int run(const mc_config *c, bool eval, double *loss, double *norm) {
         CHECK(0, "%s", err.msg);
         return -1;
     }
+    double sum_ms = 0, t0 = mc_time_now();
     for (int i = 0; i < STEPS; i++) {
         mc_step_stats st;
         double vl;
@@ -50,6 +56,13 @@ static int run(const mc_config *c, bool eval, double *loss, double *norm) {
         }
         loss[i] = st.lm_loss;
         norm[i] = st.grad_norm;
+        sum_ms += st.elapsed_ms;
+    }
+    mc_trainer_finish(t);
+    double wall_ms = (mc_time_now() - t0) * 1e3;
+    if (!eval) {
+        CHECK(sum_ms <= wall_ms && sum_ms > 0.95 * wall_ms, "the %d steps' times add up to %.3f ms, the loop took %.3f ms",
+              STEPS, sum_ms, wall_ms);
     }
     mc_trainer_free(t);
     return 0;

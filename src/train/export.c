@@ -11,6 +11,7 @@
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err) {
     mc_model *m = &t->model;
     mc_backend *be = t->be;
+    mc_trainer_finish(t);
     mc_ddp_wait_params(&t->ddp);
     /* This rank's parameters on the host in F32. */
     float *local = mc_xmalloc(sizeof(float) * (size_t)m->numel);

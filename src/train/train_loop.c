@@ -123,9 +123,11 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
         }
         if (c->train.exit_interval > 0 && it % c->train.exit_interval == 0) {
             mc_log_info("exiting program at iteration %lld (--exit-interval)", (long long)it);
+            mc_trainer_finish(t);
             return MC_OK;
         }
     }
+    mc_trainer_finish(t);
     char prefix[96];
     if (do_valid) {
         snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);

@@ -274,6 +274,7 @@ void mc_trainer_free(mc_trainer *t) {
     if (!t) return;
     mc_metrics_close(&t->metrics);
     if (t->be) {
+        mc_trainer_finish(t);
         slots_free(t);
         mc_arena_free(&t->batch_arena);
         mc_ddp_free(&t->ddp);
@@ -347,7 +348,8 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     maybe_inject_exit(t);
     maybe_inject_inf_grad(t);
     const double loss_scale = t->scaler.scale;
-    double t0 = t->step_open ? t->step_end : mc_time_now();
+    double t0 = t->step_chained ? t->step_mark : mc_time_now(), carried = t->step_carry;
+    t->step_carry = 0;
     t->step_loss[0] = t->step_loss[1] = 0;
     for (int micro = 0; micro < M; micro++) {
         mc_batch_slot *s;
@@ -407,17 +409,16 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
                                        t->iteration + 2, &ignored);
         if (s) t->prefetched_slot = (int)(s - t->slots);
     }
-    /* Only the first and the last step wait for their update here (the first iteration's
-     * time and line then cover the whole step; the job's end leaves nothing queued). Not
-     * waiting spares the device the gap while the host would wake, log and launch the next
-     * step (~180 us on the H200). */
-    bool open = t->iteration > 0 && t->iteration + 1 < t->train_iters;
-    if (!open) be->sync(be);
+    /* Only the first step waits for its update here (see step_mark in trainer_internal.h;
+     * mc_trainer_finish waits for the last). Not waiting spares the device the gap while
+     * the host would wake, log and launch the next step (~180 us a step on the H200). */
+    double mark = mc_time_now();
+    if (t->iteration == 0) be->sync(be);
     t->consumed_train_samples += cfg->train.global_batch_size;
     t->iteration++;
-    double now = mc_time_now(), dt = now - t0;
-    t->step_open = open;
-    t->step_end = now;
+    double dt = mark - t0 + carried;
+    t->step_chained = true;
+    t->step_mark = mark;
 
     if (st) {
         memset(st, 0, sizeof *st);
@@ -438,9 +439,16 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
     return MC_OK;
 }
 
+void mc_trainer_finish(mc_trainer *t) {
+    if (!t->step_chained) return;
+    t->be->sync(t->be);
+    t->step_carry += mc_time_now() - t->step_mark;
+    t->step_chained = false;
+}
+
 int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_out, mc_err *err) {
     const mc_config *cfg = &t->cfg;
-    t->step_open = false; /* the next step is timed from its own start */
+    mc_trainer_finish(t);
     int mbs = cfg->train.micro_batch_size, M = t->num_microbatches;
     int64_t gbs = cfg->train.global_batch_size;
     int64_t start = split == MC_SPLIT_VALID ? t->consumed_valid_samples : 0;
@@ -473,6 +481,7 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_ou
 
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
     int64_t S = t->cfg.model.seq_length;
+    mc_trainer_finish(t);
     if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
     int32_t *ctx = mc_xcalloc((size_t)S, sizeof(int32_t));
     int32_t *pos = mc_xmalloc((size_t)S * sizeof(int32_t));

@@ -67,12 +67,15 @@ struct mc_trainer {
     double step_loss[2];       /* Megatron's [sum of masked losses, tokens] of the slots harvested */
     mc_batch host_batch;
     /* A step returns with its update still running on the device (the next step's work
-     * queues behind it, and its gradient-norm read waits for it), except the first and the
-     * last: step_open is then set, with step_end the host time of that return, from which
-     * the next step's time is measured (the steady state's period). Evaluation, or anything
-     * else run between steps, clears it: the next step is timed from its own start. */
-    bool step_open;
-    double step_end;
+     * queues behind it and its gradient-norm read waits for it); only the first step waits
+     * for its update, so that its line comes when all of it is done. A step's time runs
+     * from step_mark, the previous step's return (for the first step: the moment before
+     * its wait), to its own return (the moment before its wait): every step counts one
+     * update, its predecessor's, and the times add up to the job's. Evaluation waits for
+     * the pending update, keeps that wait in step_carry for the next step, and clears
+     * step_chained: the next step then runs from its own start. */
+    bool step_chained;
+    double step_mark, step_carry;
 
     mc_metrics_file metrics;
 };
