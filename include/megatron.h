@@ -223,9 +223,9 @@ typedef struct mc_trainer mc_trainer;
 
 mc_trainer *mc_trainer_create(const mc_config *cfg, mc_err *err);
 /* Runs one iteration: global_batch_size / (micro_batch_size * dp) micro-batches of
- * forward and backward, then the optimizer step. Except after the first iteration, it
+ * forward and backward, then the optimizer step. Except for the first iteration, it
  * returns with the optimizer step still running on the device (the next call queues behind
- * it; stats->elapsed_ms counts the previous iteration's update instead of its own). */
+ * it), so stats->elapsed_ms counts the previous iteration's update, not its own. */
 int mc_trainer_step(mc_trainer *t, mc_step_stats *stats, mc_err *err);
 /* Waits for the last iteration's optimizer step (evaluation, export and free do this
  * themselves); its time goes into the next iteration's elapsed_ms. */
