@@ -22,7 +22,6 @@
 #include "backend/cuda/cuda_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* elements per chunk: AdamW runs one block per chunk; the sum of squares, a persistent grid
@@ -72,8 +71,7 @@ __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_
 
 /* vec: every buffer is 16-byte aligned, so a segment whose offset and grad_offset are
  * multiples of 4 runs on float4 accesses (chunks start at multiples of ADAMW_CHUNK). */
-template <int MINB>
-__global__ void __launch_bounds__(ADAMW_THREADS, MINB) adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
+__global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
                              float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
                              const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
                              bool vec) {
@@ -193,16 +191,9 @@ void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
     unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
     bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
                mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
-    static int minb = -1; /* MC_ADAMW_MINB=6: 6 blocks a multiprocessor (40 registers), for an A/B */
-    if (minb < 0) minb = getenv("MC_ADAMW_MINB") && strcmp(getenv("MC_ADAMW_MINB"), "6") == 0 ? 6 : 1;
-    if (minb == 6)
-        adamw_kernel<6><<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
-                                                                copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                                total_chunks, s, vec);
-    else
-        adamw_kernel<1><<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
-                                                                copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                                total_chunks, s, vec);
+    adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
+                                                         copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
+                                                         total_chunks, s, vec);
     MC_CUDA_LAUNCHED(st, op);
 }
 
