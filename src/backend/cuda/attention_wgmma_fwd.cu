@@ -20,8 +20,6 @@
  * 64-key tiles, 115 registers, 49 KB of shared memory, 2 blocks per SM; Llama shape
  * 0.227 ms vs 0.285 and 0.266, GPT-2 shape 0.40 vs 0.52 and 0.55. */
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/attention_internal.h"
 #include "backend/cuda/wgmma.h"
@@ -46,7 +44,7 @@ __device__ __forceinline__ void wfwd_qk(float (&s)[BK / 2], uint64_t dq, const u
     }
 }
 
-template <int NWG, int BK, int MINB, bool HB_MAJOR>
+template <int NWG, int BK, int MINB>
 __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_fwd_kernel(attn_geom g, __nv_bfloat16 *out, float *lse,
                                                                      const __nv_bfloat16 *qkv) {
     using C = wfwd_cfg<NWG, BK>;
@@ -57,9 +55,8 @@ __global__ void __launch_bounds__(NWG * 128, MINB) attn_wg_fwd_kernel(attn_geom 
 
     const int nq = attn_cdiv(g.S, C::BQ);
     const int64_t nhb = (int64_t)g.H * g.B;
-    /* HB_MAJOR: a head's query tiles adjacent (longest first), so that its K/V stay in L2 */
-    const int qt = nq - 1 - (int)(HB_MAJOR ? blockIdx.x % nq : blockIdx.x / nhb); /* the longest rows first */
-    const int hb = (int)(HB_MAJOR ? blockIdx.x / nq : blockIdx.x % nhb), h = hb % g.H, b = hb / g.H, grp = h / g.hpg;
+    const int qt = nq - 1 - (int)(blockIdx.x / nhb); /* the longest rows first */
+    const int hb = (int)(blockIdx.x % nhb), h = hb % g.H, b = hb / g.H, grp = h / g.hpg;
     const int i0 = qt * C::BQ, i_last = min(i0 + C::BQ, g.S) - 1;
     const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
     const int rA = i0 + 64 * wg + 16 * warp + lane / 4; /* this thread's rows: rA, rA + 8 */
@@ -179,9 +176,7 @@ static void wfwd_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out,
     using C = wfwd_cfg<NWG, BK>;
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BQ) * g.H * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    static int hb_major = -1; /* MC_ATTN_FWD_HB=1: a head's query tiles adjacent (A/B) */
-    if (hb_major < 0) hb_major = getenv("MC_ATTN_FWD_HB") && strcmp(getenv("MC_ATTN_FWD_HB"), "1") == 0;
-    auto kernel = hb_major ? attn_wg_fwd_kernel<NWG, BK, MINB, true> : attn_wg_fwd_kernel<NWG, BK, MINB, false>;
+    auto kernel = attn_wg_fwd_kernel<NWG, BK, MINB>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
     kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, out, lse, qkv);
     ATTN_CHECK_LAUNCH("attn_wg_fwd_kernel");
