@@ -13,12 +13,7 @@ read -r -a BOTH <<< "${AB_FLAGS:-}"
 OUTDIR=${OUT:-$(mktemp -d)}/gpu_ab
 mkdir -p "$OUTDIR"
 ITERS=${MC_BENCH_ITERS:-10}
-LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention --num-query-groups 8
-       --ffn-hidden-size 8192 --swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500000
-       --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 --seq-length 2048
-       --micro-batch-size 4 --global-batch-size 4)
-GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
-      --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
+source "$(dirname "$0")/../scripts/gpu/shapes.sh" # LLAMA, GPT2
 case $SHAPE in
 llama) FLAGS=("${LLAMA[@]}") ;;
 llama-x8) FLAGS=("${LLAMA[@]:0:${#LLAMA[@]}-1}" 32) ;; # --global-batch-size 32

@@ -8,16 +8,11 @@ set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}/ncu
 mkdir -p "$OUT"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-COMMON=(--train-iters 2 --log-interval 1 --eval-iters 0 --lr 3e-4 --attention-dropout 0 --hidden-dropout 0
-        --mock-data --tokenizer-type NullTokenizer --device cuda --bf16)
+source "$(dirname "$0")/shapes.sh"
+common_flags 2
 case ${SHAPE:-gpt2} in
-llama) FLAGS=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention
-              --num-query-groups 8 --ffn-hidden-size 8192 --swiglu --normalization RMSNorm
-              --position-embedding-type rope --rotary-base 500000 --untie-embeddings-and-output-weights
-              --disable-bias-linear --vocab-size 128256 --seq-length 2048 --micro-batch-size 4 --global-batch-size 4) ;;
-*) FLAGS=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
-          --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu) ;;
+llama) FLAGS=("${LLAMA[@]}") ;;
+*) FLAGS=("${GPT2[@]}") ;;
 esac
 for k in "$@"; do
     name=${k//[^A-Za-z0-9_]/_}

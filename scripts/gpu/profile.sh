@@ -8,15 +8,8 @@ set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}/profile
 mkdir -p "$OUT"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-COMMON=(--train-iters 3 --log-interval 1 --eval-iters 0 --lr 3e-4 --attention-dropout 0 --hidden-dropout 0
-        --mock-data --tokenizer-type NullTokenizer --device cuda --bf16)
-LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention --num-query-groups 8
-       --ffn-hidden-size 8192 --swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500000
-       --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 --seq-length 2048
-       --micro-batch-size 4 --global-batch-size 4)
-GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
-      --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
+source "$(dirname "$0")/shapes.sh"
+common_flags 3
 prof() { # name, flags...
     local name=$1; shift
     timeout 200 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
