@@ -312,6 +312,17 @@ __device__ __forceinline__ uint32_t mc_f16pair(float lo, float hi) {
     return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
 }
 
+/* 8 bf16 or f16 elements as loaded (one uint4) to F32; the pointer type only picks the
+ * dtype. */
+__device__ __forceinline__ void mc_unpack8(const __nv_bfloat16 *, uint4 u, float v[8]) {
+    v[0] = mc_bf16lo(u.x), v[1] = mc_bf16hi(u.x), v[2] = mc_bf16lo(u.y), v[3] = mc_bf16hi(u.y);
+    v[4] = mc_bf16lo(u.z), v[5] = mc_bf16hi(u.z), v[6] = mc_bf16lo(u.w), v[7] = mc_bf16hi(u.w);
+}
+__device__ __forceinline__ void mc_unpack8(const __half *, uint4 u, float v[8]) {
+    v[0] = mc_f16lo(u.x), v[1] = mc_f16hi(u.x), v[2] = mc_f16lo(u.y), v[3] = mc_f16hi(u.y);
+    v[4] = mc_f16lo(u.z), v[5] = mc_f16hi(u.z), v[6] = mc_f16lo(u.w), v[7] = mc_f16hi(u.w);
+}
+
 /* Groups of 8 elements: 16 bytes of bf16 or f16 (one uint4) or 32 bytes of F32 (two
  * float4). p must be 16-byte aligned. */
 __device__ __forceinline__ void mc_load8(const float *p, float v[8]) {
@@ -319,14 +330,10 @@ __device__ __forceinline__ void mc_load8(const float *p, float v[8]) {
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 __device__ __forceinline__ void mc_load8(const __nv_bfloat16 *p, float v[8]) {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    v[0] = mc_bf16lo(u.x), v[1] = mc_bf16hi(u.x), v[2] = mc_bf16lo(u.y), v[3] = mc_bf16hi(u.y);
-    v[4] = mc_bf16lo(u.z), v[5] = mc_bf16hi(u.z), v[6] = mc_bf16lo(u.w), v[7] = mc_bf16hi(u.w);
+    mc_unpack8(p, *reinterpret_cast<const uint4 *>(p), v);
 }
 __device__ __forceinline__ void mc_load8(const __half *p, float v[8]) {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
-    v[0] = mc_f16lo(u.x), v[1] = mc_f16hi(u.x), v[2] = mc_f16lo(u.y), v[3] = mc_f16hi(u.y);
-    v[4] = mc_f16lo(u.z), v[5] = mc_f16hi(u.z), v[6] = mc_f16lo(u.w), v[7] = mc_f16hi(u.w);
+    mc_unpack8(p, *reinterpret_cast<const uint4 *>(p), v);
 }
 __device__ __forceinline__ void mc_store8(float *p, const float v[8]) {
     *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);

@@ -43,24 +43,10 @@ __device__ __forceinline__ float norm_out(float v, float mean, float rstd, float
 /* 8 elements of a row as loaded (16 bytes, 32 in F32), converted to F32 only where used, so
  * that a row's loads can be in flight while the previous row is reduced. */
 template <typename T>
-struct norm_raw8 { /* BF16 */
+struct norm_raw8 { /* BF16, F16 */
     uint4 u;
     __device__ __forceinline__ void load(const T *p) { u = *reinterpret_cast<const uint4 *>(p); }
-    __device__ __forceinline__ void get(float v[8]) const {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) v[2 * i] = mc_bf16lo(w[i]), v[2 * i + 1] = mc_bf16hi(w[i]);
-    }
-};
-template <>
-struct norm_raw8<__half> {
-    uint4 u;
-    __device__ __forceinline__ void load(const __half *p) { u = *reinterpret_cast<const uint4 *>(p); }
-    __device__ __forceinline__ void get(float v[8]) const {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) v[2 * i] = mc_f16lo(w[i]), v[2 * i + 1] = mc_f16hi(w[i]);
-    }
+    __device__ __forceinline__ void get(float v[8]) const { mc_unpack8((const T *)nullptr, u, v); }
 };
 template <>
 struct norm_raw8<float> {
@@ -409,34 +395,30 @@ __global__ void __launch_bounds__(NORM_PIPE_THREADS)
     for (int k = 0; k < GPL; k++)
 #pragma unroll
         for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
-    /* this row's groups lane + 32 k (those past the row, and dx without dx, stay zero, unused) */
-    norm_raw8<T> rx[GPL] = {}, rdy[GPL] = {}, rdx[GPL] = {};
-    int64_t row = part;
-    float m = 0.0f, r = 0.0f;
-    if (row < n) {
-        m = LN ? mean[row] : 0.0f, r = rstd[row];
+    /* row rw's groups lane + 32 k of x, dy (and dx) as loaded, its mean and rstd; nothing for
+     * a row at or past n (the groups past the row, and dx without dx, stay as they are) */
+    auto load_row = [&](int64_t rw, norm_raw8<T>(&lx)[GPL], norm_raw8<T>(&ldy)[GPL], norm_raw8<T>(&ldx)[GPL],
+                        float &lm, float &lr) {
+        if (rw >= n) return;
+        lm = LN ? mean[rw] : 0.0f, lr = rstd[rw];
 #pragma unroll
         for (int k = 0; k < GPL; k++) {
             if (lane + 32 * k >= groups) break;
-            const int64_t off = row * h + (lane + 32 * k) * 8;
-            rx[k].load(x + off), rdy[k].load(dy + off);
-            if (dx) rdx[k].load(dx + off);
+            const int64_t off = rw * h + (lane + 32 * k) * 8;
+            lx[k].load(x + off), ldy[k].load(dy + off);
+            if (dx) ldx[k].load(dx + off);
         }
-    }
+    };
+    /* this row's groups (those past the row, and dx without dx, stay zero, unused) */
+    norm_raw8<T> rx[GPL] = {}, rdy[GPL] = {}, rdx[GPL] = {};
+    int64_t row = part;
+    float m = 0.0f, r = 0.0f;
+    load_row(row, rx, rdy, rdx, m, r);
     for (; row < n; row += parts) {
         const int64_t next = row + parts;
         norm_raw8<T> nx[GPL] = {}, ndy[GPL] = {}, ndx[GPL] = {};
         float nm = 0.0f, nr = 0.0f;
-        if (next < n) {
-            nm = LN ? mean[next] : 0.0f, nr = rstd[next];
-#pragma unroll
-            for (int k = 0; k < GPL; k++) {
-                if (lane + 32 * k >= groups) break;
-                const int64_t off = next * h + (lane + 32 * k) * 8;
-                nx[k].load(x + off), ndy[k].load(dy + off);
-                if (dx) ndx[k].load(dx + off);
-            }
-        }
+        load_row(next, nx, ndy, ndx, nm, nr);
         float sum_g = 0.0f, sum_gx = 0.0f;
 #pragma unroll
         for (int k = 0; k < GPL; k++) {

@@ -690,6 +690,25 @@ static int xent_fused_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64
     return xent_split(v, esz, XENT_FUSED_SLICE_TARGET, cap, XENT_FUSED_MAX_CLUSTER, slice);
 }
 
+/* The launch of a cluster kernel on the backend's stream: grid blocks of `threads`, smem
+ * bytes of dynamic shared memory, clusters of C along x (*attr holds that attribute; C = 1:
+ * none, a plain launch). */
+static cudaLaunchConfig_t xent_cluster_config(const mc_cuda_state *st, int C, unsigned grid, unsigned threads,
+                                              size_t smem, cudaLaunchAttribute *attr) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)C;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = C > 1 ? 1 : 0;
+    return cfg;
+}
+
 template <typename T, bool VEC, int C>
 static void xent_fused_launch(mc_cuda_state *st, const char *op, int64_t n, int64_t v, int64_t slice, float *loss,
                               T *dl, const T *l, const int32_t *tg, const float *mk, float grad_scale) {
@@ -704,18 +723,10 @@ static void xent_fused_launch(mc_cuda_state *st, const char *op, int64_t n, int6
                       op);
         if (done) *done = true;
     }
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(n * C)); /* cluster i = blocks [C i, C i + C) = row i */
-    cfg.blockDim = dim3(slice >= 8192 ? XENT_FUSED_THREADS : 256);
-    cfg.dynamicSmemBytes = (size_t)slice * sizeof(T);
-    cfg.stream = st->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = C > 1 ? 1 : 0; /* one block per row: a plain launch */
+    cudaLaunchAttribute attr;
+    /* cluster i = blocks [C i, C i + C) = row i */
+    cudaLaunchConfig_t cfg = xent_cluster_config(st, C, (unsigned)(n * C), slice >= 8192 ? XENT_FUSED_THREADS : 256,
+                                                 (size_t)slice * sizeof(T), &attr);
     MC_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, loss, dl, l, tg, mk, v, (int)slice, grad_scale), op);
     MC_CUDA_LAUNCHED(st, op);
 }
@@ -745,18 +756,8 @@ static bool xent_stream_launch(mc_cuda_state *st, const char *op, int64_t n, int
     void (*kernel)(float *, T *, const T *, const int32_t *, const float *, int64_t, int64_t, int, float) =
         xent_stream_kernel<T, C>;
     const size_t smem = 2 * (size_t)slice * sizeof(T);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(C);
-    cfg.blockDim = dim3(XENT_STREAM_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = C > 1 ? 1 : 0; /* one block a row: a plain launch */
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = xent_cluster_config(st, C, C, XENT_STREAM_THREADS, smem, &attr); /* grid set below */
     /* per device: the attributes, set once, and the resident clusters for the last stage size */
     static struct {
         bool attrs_set;
