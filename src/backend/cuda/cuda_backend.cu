@@ -282,6 +282,7 @@ static void cuda_attention_bwd(mc_backend *be, mc_tensor *dqkv, const mc_tensor 
 static void state_release(mc_cuda_state *st) {
     if (!st) return;
     if (st->stream) cudaStreamSynchronize(st->stream);
+    mc_cuda_gemm_prof_report_free(st);
     mc_cuda_gemm_cache_destroy(st);
     for (size_t i = 0; i < st->nallocs; i++) cudaFree(st->allocs[i].ptr); /* what the caller did not free */
     free(st->allocs);

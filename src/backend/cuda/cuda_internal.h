@@ -66,6 +66,7 @@ typedef struct mc_cuda_alloc_rec {
 } mc_cuda_alloc_rec;
 
 struct mc_cuda_gemm_cache; /* gemm.cu */
+typedef struct mc_cuda_gemm_prof mc_cuda_gemm_prof; /* gemm_profile.cu */
 
 /* Partial sums of the deterministic reductions (sumsq, sumsq_segments): at most this many
  * blocks, each writing one double. */
@@ -86,6 +87,8 @@ typedef struct mc_cuda_state {
     void *lt_workspace;
     size_t lt_workspace_bytes;
     struct mc_cuda_gemm_cache *gemm;
+    mc_cuda_gemm_prof *gprof; /* MC_GEMM_PROFILE=1 */
+    bool gprof_off;           /* MC_GEMM_PROFILE read and unset */
 
     /* scratch: grown on demand (first steps only), never shrunk */
     void *workspace;
@@ -196,6 +199,12 @@ void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *d
 void mc_cuda_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
                                  const mc_tensor *w, const mc_tensor *b);
 void mc_cuda_gemm_cache_destroy(mc_cuda_state *st);
+/* gemm_profile.cu (MC_GEMM_PROFILE=1): start returns a slot (-1 when not profiling) just
+ * before a cuBLASLt call; stop, just after it, files the call under label (shape,
+ * epilogue, algorithm) with its flop count; report_free prints the table and frees. */
+int mc_cuda_gemm_prof_start(mc_cuda_state *st);
+void mc_cuda_gemm_prof_stop(mc_cuda_state *st, int slot, const char *label, double flops);
+void mc_cuda_gemm_prof_report_free(mc_cuda_state *st);
 /* The GEMM engine under those entries, for the fused ops (linear_gelu.cu). Row-major
  * C[m,n] = alpha op(A) op(B) + beta C, m, n, k > 0, A and B of ab_dt, C of c_dt; with an
  * optional bias[n] of ab_dt. Always runs (cuBLASLt, staged operands or a plain kernel). */

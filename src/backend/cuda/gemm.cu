@@ -176,14 +176,17 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
 
 /* Time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM shape's first call and
  * keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
- * steps on an H200, bench/RESULTS.md). Only for beta = 0 (the timing runs rewrite the
- * output with the same values; a beta != 0 product, such as the weight gradients
- * accumulating into main_grad, would add itself up again). The choice depends on timings,
- * so two runs may pick differently and differ at rounding level: off when the backend is
- * reproducible (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
-static bool gemm_autotune_wanted(const mc_cuda_state *st, const gemm_key *key) {
+ * steps on an H200, bench/RESULTS.md). The timing runs write the call's output: a beta = 0
+ * entry times itself (each run rewrites the same values), and also its beta = 1 sibling
+ * (the same GEMM accumulating, as the weight gradients into main_grad after the first
+ * micro-batch and the LM head's after its first chunk), whose runs may add garbage into
+ * the output because the beta = 0 call then overwrites it. A beta = 1 entry met before its
+ * sibling keeps the heuristic's first. The choice depends on timings, so two runs may pick
+ * differently and differ at rounding level: off when the backend is reproducible
+ * (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
+static bool gemm_autotune_wanted(const mc_cuda_state *st) {
     const char *e = getenv("MC_GEMM_AUTOTUNE"); /* read per new entry: tests switch it */
-    return !st->be->reproducible && !(e && strcmp(e, "0") == 0) && !key->beta_nonzero;
+    return !st->be->reproducible && !(e && strcmp(e, "0") == 0);
 }
 
 /* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
@@ -234,7 +237,7 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
     memset(res, 0, sizeof res);
     int nres = 0;
-    const int want = gemm_autotune_wanted(st, key) ? GEMM_CANDIDATES : 1;
+    const int want = gemm_autotune_wanted(st) ? GEMM_CANDIDATES : 1;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
     e->ncand = 0;
@@ -311,8 +314,8 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
 }
 
 /* Times each candidate of a fresh entry (one warm-up, then 3 runs between CUDA events, on
- * the backend's stream) and keeps the fastest; a candidate cublasLtMatmul refuses is
- * skipped. Every run computes this call's product (beta = 0), so the output stays right. */
+ * the backend's stream, in place on C) and keeps the fastest; a candidate cublasLtMatmul
+ * refuses is skipped. See gemm_autotune_wanted for why C may be written. */
 static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
                        float beta, const char *op) {
     cudaEvent_t t0, t1;
@@ -343,6 +346,46 @@ static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const vo
     e->ncand = 1;
 }
 
+/* The beta = 1 twin of a beta = 0 entry being tuned (its C input is its output, as in
+ * every accumulating GEMM here), built and timed now, in place on this call's output,
+ * which the beta = 0 call rewrites next. */
+static void tune_accumulating_sibling(mc_cuda_state *st, const gemm_entry *e, const void *A, const void *B, void *C,
+                                      float alpha, const void *bias, const void *aux) {
+    const char *sw = getenv("MC_GEMM_TUNE_ACC"); /* A/B switch, temporary */
+    if (sw && strcmp(sw, "0") == 0) return;
+    gemm_key key = e->key;
+    key.beta_nonzero = 1;
+    key.al_cin = key.al_c;
+    gemm_entry *s = cache_lookup(st, &key);
+    if (s->used) return;
+    cublasStatus_t status = entry_build(st, s, &key, bias, aux, "gemm autotune");
+    if (!s->has_algo) {
+        warn_no_algo(st, &key, "gemm autotune", status);
+        return;
+    }
+    if (s->ncand > 1) entry_tune(st, s, A, B, C, alpha, 1.0f, "gemm autotune");
+}
+
+static uint32_t algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+    uint32_t v = 0; /* every attribute read here is 32 bits wide */
+    size_t got = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, sizeof v, &got) != CUBLAS_STATUS_SUCCESS) return 0;
+    return v;
+}
+
+/* The profile's name for an entry: our row-major shape and operands, then cuBLASLt's
+ * algorithm (id, tile, split-K count, reduction scheme, stages). */
+static void entry_label(const gemm_entry *e, char *buf, size_t len) {
+    const gemm_key *k = &e->key;
+    snprintf(buf, len, "m=%lld n=%lld k=%lld %s%s %s->%s %s%s | algo %u tile %u splitK %u red %u stages %u",
+             (long long)k->m, (long long)k->n, (long long)k->k, k->ta ? "T" : "N", k->tb ? "T" : "N",
+             mc_dtype_name((mc_dtype)k->ab_dt), mc_dtype_name((mc_dtype)k->c_dt), epilogue_name(k->epilogue),
+             k->beta_nonzero ? " beta=1" : "", algo_attr(&e->algo, CUBLASLT_ALGO_CONFIG_ID),
+             algo_attr(&e->algo, CUBLASLT_ALGO_CONFIG_TILE_ID), algo_attr(&e->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+             algo_attr(&e->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+             algo_attr(&e->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID));
+}
+
 /* Runs a built entry with this call's pointers (the descriptor keeps the last ones set);
  * C is read (beta != 0) from Cin and written to C. */
 static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C,
@@ -352,9 +395,23 @@ static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A,
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    if (e->ncand > 1) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
-    return cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
-                          st->lt_workspace, st->lt_workspace_bytes, st->stream);
+    if (e->ncand > 1) {
+        if (beta != 0.0f) {
+            e->ncand = 1; /* no sibling tuned it: the heuristic's first */
+        } else {
+            entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
+            tune_accumulating_sibling(st, e, A, B, C, alpha, bias, aux);
+        }
+    }
+    int slot = mc_cuda_gemm_prof_start(st);
+    s = cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
+                       st->lt_workspace, st->lt_workspace_bytes, st->stream);
+    if (slot >= 0) {
+        char label[200];
+        entry_label(e, label, sizeof label);
+        mc_cuda_gemm_prof_stop(st, slot, label, 2.0 * (double)e->key.m * (double)e->key.n * (double)e->key.k);
+    }
+    return s;
 }
 
 /* C[m,n] = alpha op(A) op(B) + beta C (+ bias[n] broadcast over rows), row-major; m, n, k > 0.
