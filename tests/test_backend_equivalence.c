@@ -639,16 +639,18 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     float *b = as_dtype(rnd(h, 1.0f), h, dt), *dy = as_dtype(rnd(N * h, 1.0f), N * h, dt);
     for (int64_t i = 0; i < N * h; i += 3) x[i] += 0.5f; /* a nonzero mean */
     as_dtype(x, N * h, dt);
-    float *dx0 = as_dtype(rnd(N * h, 1.0f), N * h, dt), *dw0 = rnd(h, 1.0f), *db0 = rnd(h, 1.0f);
+    float *dx0 = as_dtype(rnd(N * h, 1.0f), N * h, dt), *dw0 = rnd(h, 1.0f), *db0 = rnd(h, 1.0f), *ds0 = rnd(h, 1.0f);
     mc_tensor none = mc_tensor_none();
     mc_tensor cx = mk2(cpu, F32, x, N, h), cw = mk1(cpu, F32, w, h), cb = mk1(cpu, F32, b, h);
     mc_tensor cy = mk2(cpu, F32, NULL, N, h), cm = mk1(cpu, F32, NULL, N), cr = mk1(cpu, F32, NULL, N);
     mc_tensor cdy = mk2(cpu, F32, dy, N, h), cdx = mk2(cpu, F32, dx0, N, h);
-    mc_tensor cdw = mk1(cpu, F32, dw0, h), cdb = mk1(cpu, F32, db0, h);
+    mc_tensor cdw = mk1(cpu, F32, dw0, h), cdb = mk1(cpu, F32, db0, h), cds = mk1(cpu, F32, ds0, h);
     mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
     mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
     mc_tensor gdy = mk2(gpu, dt, dy, N, h), gyre = mk2(gpu, dt, NULL, N, h);
-    mc_tensor gdx[2], gdw[2], gdb[2];
+    /* the first run also sums dx's columns (dxsum) and rewrites y; the second does neither,
+     * and must give the same dx, dw and db */
+    mc_tensor gdx[2], gdw[2], gdb[2], gds = mk1(gpu, F32, ds0, h);
     for (int r = 0; r < 2; r++) {
         gdx[r] = mk2(gpu, dt, dx0, N, h);
         gdw[r] = mk1(gpu, F32, dw0, h);
@@ -660,15 +662,17 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     if (layernorm) {
         cpu->layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
         gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
-        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &none, &cdy, &cx, &cw, &none, &cm, &cr);
-        for (int r = 0; r < 2; r++) /* the first run also rewrites y */
-            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r == 0 ? &gyre : &none, &gdy, &gx,
-                               &gw, with_bias ? &gb : &none, &gm, &gr);
+        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cds, &none, &cdy, &cx, &cw, &none, &cm, &cr);
+        for (int r = 0; r < 2; r++)
+            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r == 0 ? &gds : &none,
+                               r == 0 ? &gyre : &none, &gdy, &gx, &gw, with_bias ? &gb : &none, &gm, &gr);
     } else {
         cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
         gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
-        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &none, &cdy, &cx, &cw, &cr);
-        for (int r = 0; r < 2; r++) gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r == 0 ? &gyre : &none, &gdy, &gx, &gw, &gr);
+        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &cds, &none, &cdy, &cx, &cw, &cr);
+        for (int r = 0; r < 2; r++)
+            gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r == 0 ? &gds : &none, r == 0 ? &gyre : &none, &gdy, &gx, &gw,
+                             &gr);
     }
     snprintf(what, sizeof what, "%s bwd's rewritten y = fwd y", tag);
     bool same_y = memcmp(dl(gpu, &gyre), dl(gpu, &gy), (size_t)(N * h) * 4) == 0;
@@ -687,6 +691,8 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     cmp(what, dt, dx1, cdx.data, N * h);
     snprintf(what, sizeof what, "%s bwd dw += (F32)", tag);
     cmp(what, dt, dw1, cdw.data, h);
+    snprintf(what, sizeof what, "%s bwd dxsum += dx's column sums (F32)", tag);
+    cmp(what, dt, dl(gpu, &gds), cds.data, h);
     snprintf(what, sizeof what, "%s bwd determinism dx, dw (%s)", tag, mc_dtype_name(dt));
     bool eq = memcmp(dx1, dx2, (size_t)(N * h) * 4) == 0 && memcmp(dw1, dw2, (size_t)h * 4) == 0;
     if (layernorm && with_bias) {
@@ -750,8 +756,8 @@ static void test_norm_alias(void) {
             cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
             gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
             mc_tensor none = mc_tensor_none();
-            cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &cd, &cx, &cw, &cr);
-            gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &gd, &gx, &gw, &gr);
+            cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &none, &cd, &cx, &cw, &cr);
+            gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &none, &gd, &gx, &gw, &gr);
             char what[96];
             snprintf(what, sizeof what, "rmsnorm_bwd dx aliasing dy (N=%lld h=%lld)", (long long)N, (long long)h);
             cmp(what, dt, dl(gpu, &gd), cd.data, N * h);
@@ -1339,10 +1345,10 @@ static void bench_all(void) {
     gpu->fill(gpu, &w, 1.0);
     BENCH("rmsnorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->rmsnorm_fwd(gpu, &y, &rstd, &x, &w, 1e-5f));
     BENCH("rmsnorm_bwd [8192, 4096] (dx +=, dw +=)", 4 * N * h * e, 0,
-          gpu->rmsnorm_bwd(gpu, &dx, &dw, &none, &y, &x, &w, &rstd));
+          gpu->rmsnorm_bwd(gpu, &dx, &dw, &none, &none, &y, &x, &w, &rstd));
     BENCH("layernorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->layernorm_fwd(gpu, &y, &mean, &rstd, &x, &w, &b, 1e-5f));
     BENCH("layernorm_bwd [8192, 4096]", 4 * N * h * e, 0,
-          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &none, &y, &x, &w, &none, &mean, &rstd));
+          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &none, &none, &y, &x, &w, &none, &mean, &rstd));
     BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, gpu->dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
     BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
     release_all();
@@ -1363,10 +1369,10 @@ static void bench_all(void) {
         BENCH("layernorm_fwd [65536, 768]", 2 * ng * hg * e, 0,
               gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
         BENCH("layernorm_bwd [65536, 768] rewriting y", 5 * ng * hg * e, 0,
-              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &none, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
         BENCH("rmsnorm_fwd [8192, 2048]", 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
         BENCH("rmsnorm_bwd [8192, 2048] rewriting y", 5 * nl * hl * e, 0,
-              gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &yl, &dyl, &xl, &wl, &rl));
+              gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &none, &yl, &dyl, &xl, &wl, &rl));
         release_all();
     }
 

@@ -508,9 +508,9 @@ static void norm_run_bwd(mc_dtype dt, const norm_case *c, void *dx, void *dw, vo
     mc_tensor DX = t2(dx, dt, c->n, c->h), DW = t1(dw, dt, c->h), DY = t2(dy, dt, c->n, c->h);
     mc_tensor X = t2(x, dt, c->n, c->h), W = t1(w, dt, c->h), M = t1(mean, dt, c->n), R = t1(rstd, dt, c->n);
     mc_tensor DB = db ? t1(db, dt, c->h) : mc_tensor_none(), B = b ? t1(b, dt, c->h) : mc_tensor_none();
-    mc_tensor Y = yout ? t2(yout, dt, c->n, c->h) : mc_tensor_none();
-    if (c->rms) be->rmsnorm_bwd(be, &DX, &DW, &Y, &DY, &X, &W, &R);
-    else be->layernorm_bwd(be, &DX, &DW, &DB, &Y, &DY, &X, &W, &B, &M, &R);
+    mc_tensor Y = yout ? t2(yout, dt, c->n, c->h) : mc_tensor_none(), NONE_DS = mc_tensor_none();
+    if (c->rms) be->rmsnorm_bwd(be, &DX, &DW, &NONE_DS, &Y, &DY, &X, &W, &R);
+    else be->layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &Y, &DY, &X, &W, &B, &M, &R);
 }
 
 static double norm_loss(void *ctx) {
@@ -1221,8 +1221,8 @@ static void test_thread_count_independence(void) {
         mc_tensor X = t2(x, F64, n, h), W = t1(w, F64, h), DY = t2(dy, F64, n, h), M = t1(mean, F64, n),
                   R = t1(rstd, F64, n), Y = t2(y, F64, n, h), B = mc_tensor_none();
         be->layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, 1e-5f);
-        mc_tensor DX = t2(dx, F64, n, h), DW = t1(dw, F64, h), DB = t1(db, F64, h);
-        be->layernorm_bwd(be, &DX, &DW, &DB, &B, &DY, &X, &W, &B, &M, &R);
+        mc_tensor DX = t2(dx, F64, n, h), DW = t1(dw, F64, h), DB = t1(db, F64, h), NONE_DS = mc_tensor_none();
+        be->layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &B, &DY, &X, &W, &B, &M, &R);
         mc_tensor DT = t2(dtab, F64, rows, h), I = t1(ids, MC_I32, n);
         be->embedding_bwd(be, &DT, &DY, &I, 0);
         attn_run(F64, &ad, ao, alse, qkv);

@@ -5,10 +5,11 @@
  *   t = att Wproj^T [row-parallel] (+b); x_mid = x + dropout(t)
  *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
  *   (with the tanh GELU, fc1 and act come from one op, linear_gelu_fwd, and backward's
- *   fc2 input gradient and GELU backward from linear_dgelu_bwd; fc1's bias gradient then
- *   comes with its weight gradient, which a backend can fuse too, cuBLASLt's BGRAD
- *   epilogues refusing an F32 bias gradient next to DGELU on the H200)
+ *   fc2 input gradient, GELU backward and fc1's bias gradient from linear_dgelu_bwd)
  *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
+ * The projection's and fc2's bias gradients are the column sums of the residual stream's
+ * gradient where that is their output gradient (mc_model_bias_by_norm): the norm backward
+ * that updates the stream sums them as it writes it.
  * Row-parallel biases are added by TP rank 0 only, before the reduction, so the sum holds
  * them once; every rank computes their (identical) gradient from the full output gradient.
  *
@@ -107,19 +108,27 @@ static void norm_fwd(pass_ctx *p, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd
 }
 
 /* dx (this rank's residual-stream rows) += the norm's input gradient for dy (same rows);
- * with y (optional, this rank's rows) the norm's forward output again, in the same pass. */
+ * with y (optional, this rank's rows) the norm's forward output again, in the same pass;
+ * with sum_idx >= 0, that parameter's gradient += dx's column sums (mc_model_bias_by_norm). */
 static void norm_bwd(pass_ctx *p, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *mean,
-                     const mc_tensor *rstd, int wi, int bi, mc_tensor *y) {
+                     const mc_tensor *rstd, int wi, int bi, mc_tensor *y, int sum_idx) {
     mc_model *m = p->m;
     mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi), gw = mc_model_grad(m, wi), gb = mc_model_grad(m, bi);
     mc_tensor dxx = rows_of(dx, p->Nl), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl), none = mc_tensor_none();
+    mc_tensor gs = mc_model_grad(m, sum_idx);
     mc_tensor *yy = y ? y : &none;
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
         mc_tensor mu = rows_of(mean, p->Nl);
-        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, yy, dy, &xx, &w, &b, &mu, &rs);
+        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, &gs, yy, dy, &xx, &w, &b, &mu, &rs);
     } else {
-        p->be->rmsnorm_bwd(p->be, &dxx, &gw, yy, dy, &xx, &w, &rs);
+        p->be->rmsnorm_bwd(p->be, &dxx, &gw, &gs, yy, dy, &xx, &w, &rs);
     }
+}
+
+/* The parameter whose gradient the norm backward producing layer l's output gradient sums
+ * (layer l's fc2 bias; that norm is layer l + 1's first, or the final one), or -1. */
+static int fc2_bias_sum(const pass_ctx *p, int l) {
+    return mc_model_bias_by_norm(p->m) ? p->m->layers[l].fc2_b : -1;
 }
 
 static mc_attn_desc attn_desc(pass_ctx *p, int l) {
@@ -193,10 +202,6 @@ static void residual_branch_fwd(pass_ctx *p, mc_tensor *out, const mc_tensor *re
  * backward refills. (The norm outputs always live in the shared ytmp.) */
 static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute_act ? &p->m->act_tmp : &p->m->acts[l].act; }
 
-/* fc1 and a tanh GELU as one op each way (linear_gelu_fwd / linear_dgelu_bwd), which a
- * backend can fuse into its GEMMs. fc1 is column-parallel, so its bias and the GELU are
- * local to each TP rank. */
-static bool fused_gelu(const mc_model *m) { return !m->cfg.swiglu && m->cfg.openai_gelu; }
 
 /* The MLP activation of fc1 (forward, and recomputed in backward). */
 static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
@@ -216,10 +221,11 @@ static bool grad_acc(const pass_ctx *p, int idx) { return p->acc || !p->m->param
 /* Backward through a norm and the column-parallel linear it feeds (norm1 -> QKV, norm2 ->
  * fc1), from dout, the linear's output gradient: the linear's input gradient (through
  * dtmp, reduced over TP), then the norm's backward, dres += its input gradient, which also
- * writes the norm's output again into ytmp (no pass of its own), then the linear's weight
- * (and bias) gradient from it. */
+ * writes the norm's output again into ytmp (no pass of its own) and sums dres's columns
+ * into sum_idx's gradient (norm_bwd), then the linear's weight (and bias, lin_b >= 0)
+ * gradient from it. */
 static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, const mc_tensor *x, const mc_tensor *mean,
-                            const mc_tensor *rstd, int norm_w, int norm_b, int lin_w, int lin_b) {
+                            const mc_tensor *rstd, int norm_w, int norm_b, int lin_w, int lin_b, int sum_idx) {
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, lin_w), gw = mc_model_grad(m, lin_w), gb = mc_model_grad(m, lin_b);
@@ -227,7 +233,7 @@ static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, const mc_tensor 
     mc_tensor y = rows_of(&m->ytmp, p->N), y_mine = my_rows(p, &m->ytmp);
     be->linear_bwd(be, &dy, &none, &none, dout, &y, &w, true);
     mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
-    norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, &y_mine);
+    norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, &y_mine, sum_idx);
     gather_seq(p, &m->ytmp);
     be->linear_bwd(be, &none, &gw, &gb, dout, &y, &w, grad_acc(p, lin_w));
 }
@@ -259,7 +265,7 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     gather_seq(p, &m->ytmp);
     mc_tensor y2 = rows_of(&m->ytmp, N), fc1 = rows_of(&a->fc1, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b), act;
-    if (fused_gelu(m)) {
+    if (mc_model_fused_gelu(m)) {
         act = rows_of(act_buf(p, l), N);
         be->linear_gelu_fwd(be, &act, &fc1, &y2, &w1, &b1);
     } else {
@@ -292,16 +298,24 @@ static void layer_bwd(pass_ctx *p, int l) {
     int64_t N = p->N;
 
     /* dres = d x_out. Through the MLP residual: d x_mid gets dres itself (identity path)
-     * plus the norm2 input gradient, accumulated by norm_bwd below. */
+     * plus the norm2 input gradient, accumulated by norm_bwd below. With biases summed by
+     * the norms, fc2's was summed by the norm backward that wrote dres, and the
+     * projection's is summed by norm2's below. */
+    const bool by_norm = mc_model_bias_by_norm(m);
     mc_tensor dt = branch_grad(p, site_mlp_res(l));
     mc_tensor dact = rows_of(&m->dact, N), fc1 = rows_of(&a->fc1, N), none = mc_tensor_none();
-    mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w), gb2 = mc_model_grad(m, lp->fc2_b);
+    mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w);
+    mc_tensor gb2 = by_norm ? none : mc_model_grad(m, lp->fc2_b);
     mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
-    if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
+    int fc1_b = lp->fc1_b; /* fc1's bias gradient from its weight-gradient GEMM, or (-1) summed already */
+    if (mc_model_fused_gelu(m)) { /* d fc1 in dact's buffer, fc1's bias gradient summed from it */
         mc_tensor act = m->recompute_act ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
+        const bool fc1_b_here = mc_model_fc1_bias_by_dgelu(m);
+        mc_tensor gb1 = fc1_b_here ? mc_model_grad(m, lp->fc1_b) : none;
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
-        be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
+        be->linear_dgelu_bwd(be, &dact, &gb1, &dt, &w2, &fc1);
         dfc1 = dact;
+        if (fc1_b_here) fc1_b = -1;
     } else if (!m->recompute_act) { /* GELU, its activation saved */
         mc_tensor act = rows_of(&a->act, N);
         be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
@@ -318,12 +332,14 @@ static void layer_bwd(pass_ctx *p, int l) {
         }
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
     }
-    norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b);
+    norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, fc1_b,
+                    by_norm ? lp->proj_b : -1);
 
     /* dres = d x_mid. Through the attention residual. */
     dt = branch_grad(p, site_attn_res(l));
     mc_tensor att = rows_of(&a->att, N), datt = rows_of(&m->datt, N);
-    mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w), gbp = mc_model_grad(m, lp->proj_b);
+    mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w);
+    mc_tensor gbp = by_norm ? none : mc_model_grad(m, lp->proj_b);
     be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp, grad_acc(p, lp->proj_w));
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = rows_of(&m->dqkv, N);
@@ -333,7 +349,8 @@ static void layer_bwd(pass_ctx *p, int l) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b);
+    norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b,
+                    l > 0 ? fc2_bias_sum(p, l - 1) : -1);
 }
 
 static void embedding_fwd(pass_ctx *p) {
@@ -485,7 +502,8 @@ static void forward_backward(mc_model *m, const mc_microbatch *mb, bool backward
     if (!backward) return;
     mc_tensor dyf = reduce_partial(&p, &m->dtmp);
     p.be->zero(p.be, m->dres.data, (size_t)(p.Nl * m->cfg.hidden_size) * mc_dtype_size(m->act_dtype));
-    norm_bwd(&p, &m->dres, &dyf, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b, NULL);
+    norm_bwd(&p, &m->dres, &dyf, &m->x_final, &m->meanf, &m->rstdf, m->lnf_w, m->lnf_b, NULL,
+             fc2_bias_sum(&p, m->cfg.num_layers - 1));
     grads_ready(m, m->params[m->lnf_w].offset); /* final norm and (untied) output layer */
     for (int l = m->cfg.num_layers - 1; l >= 0; l--) {
         layer_bwd(&p, l);

@@ -173,14 +173,17 @@ struct mc_backend {
     /* dx += ..., dw += ..., db += ... (each optional). With y, the forward's output again,
      * bit for bit (b: the forward's bias, optional), in the same pass: selective
      * recomputation keeps x and the statistics, not y, and reads y back from here for the
-     * next linear's weight gradient. y must not alias dx, dy or x. */
-    void (*layernorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+     * next linear's weight gradient. y must not alias dx, dy or x. With dxsum ([h], the
+     * grads' dtype; needs dx), dxsum += the column sums of dx as updated and stored: dx is
+     * the residual stream's gradient, whose column sums are the bias gradients of the
+     * linears writing that stream (a pass over dx saved). */
+    void (*layernorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum, mc_tensor *y,
                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                           const mc_tensor *mean, const mc_tensor *rstd);
     void (*rmsnorm_fwd)(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                         float eps);
-    void (*rmsnorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
-                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
+    void (*rmsnorm_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
+                        const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 
     /* ---- rotary embedding, in place on qkv (inverse = true applies the transpose, for
      * backward on dqkv) ---- */

@@ -95,6 +95,8 @@ static inline float mc_cpu_expf(float x) {
 void mc_cpu_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
                  float alpha, float beta);
 void mc_cpu_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
+/* db[cols] += the column sums of dy[rows, cols] (same dtype; op names the caller in errors) */
+void mc_cpu_colsum_add(mc_tensor *db, const mc_tensor *dy, const char *op);
 void mc_cpu_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w, bool accumulate);
 void mc_cpu_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
@@ -111,13 +113,13 @@ void mc_cpu_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy, 
 /* norm.c */
 void mc_cpu_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                           const mc_tensor *w, const mc_tensor *b, float eps);
-void mc_cpu_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
-                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+void mc_cpu_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum,
+                          mc_tensor *y, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                           const mc_tensor *mean, const mc_tensor *rstd);
 void mc_cpu_rmsnorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                         float eps);
-void mc_cpu_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
-                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
+void mc_cpu_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
+                        const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 /* rope.c */
 void mc_cpu_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* activation.c */

@@ -157,6 +157,13 @@ void mc_cpu_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *
     }
 }
 
+void mc_cpu_colsum_add(mc_tensor *db, const mc_tensor *dy, const char *op) {
+    int64_t n = mc_cpu_rows(dy), cols = mc_cpu_cols(dy);
+    mc_cpu_check_dtype(op, "column sums", db, dy->dtype);
+    mc_cpu_check_numel(op, "column sums", db, cols);
+    MC_CPU_DISPATCH(dy->dtype, colsum_add, db->data, dy->data, n, cols);
+}
+
 /* The fused ops of backend.h, as exactly the unfused ops (the reference for a backend
  * that fuses them, and the same bits as the model's unfused path). */
 void mc_cpu_linear_gelu_fwd(mc_backend *be, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,

@@ -157,7 +157,14 @@ static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dty
     return t->data;
 }
 
-void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+/* dxsum += the column sums of dx, as stored (the op's last step) */
+static void dx_colsum(const char *op, mc_tensor *dxsum, const mc_tensor *dx) {
+    if (!mc_tensor_present(dxsum)) return;
+    MC_ASSERT(mc_tensor_present(dx), "cpu %s: dxsum needs dx", op);
+    mc_cpu_colsum_add(dxsum, dx, op);
+}
+
+void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum, mc_tensor *y,
                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                           const mc_tensor *mean, const mc_tensor *rstd) {
     (void)be;
@@ -174,6 +181,7 @@ void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tenso
     void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
     if (dwd || dbd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, dbd, dy->data, x->data, md, rd, n, h);
     if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, bd, md, rd, n, h);
+    dx_colsum(op, dxsum, dx);
 }
 
 void mc_cpu_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
@@ -189,8 +197,8 @@ void mc_cpu_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_
     MC_CPU_DISPATCH(dt, rmsnorm_fwd, y->data, rd, x->data, wd, n, h, eps);
 }
 
-void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
-                        const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
+void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
+                        const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     (void)be;
     const char *op = "rmsnorm_bwd";
     mc_cpu_check_real(op, "x", x);
@@ -203,6 +211,7 @@ void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor 
     void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
     if (dwd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, NULL, dy->data, x->data, NULL, rd, n, h);
     if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, NULL, NULL, rd, n, h);
+    dx_colsum(op, dxsum, dx);
 }
 
 #endif

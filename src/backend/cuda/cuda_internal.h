@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/philox.h"
@@ -177,6 +178,11 @@ void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t);
                            mc_dtype_name(dt));                                                                \
         }                                                                                                     \
     } while (0)
+/* MC_CUDA_DISPATCH_FLOAT's inverse: the dtype of element type T */
+template <typename T>
+constexpr mc_dtype mc_dtype_of() {
+    return sizeof(T) == 4 ? MC_F32 : std::is_same<T, __half>::value ? MC_F16 : MC_BF16;
+}
 /* present, of dtype dt */
 void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt);
 /* seen as [rows, cols] (cols = last dim): exactly these */
@@ -252,13 +258,13 @@ void mc_cuda_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy,
 /* norm.cu */
 void mc_cuda_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                            const mc_tensor *w, const mc_tensor *b, float eps);
-void mc_cuda_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
-                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+void mc_cuda_layernorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum,
+                           mc_tensor *y, const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                            const mc_tensor *mean, const mc_tensor *rstd);
 void mc_cuda_rmsnorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                          float eps);
-void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
-                         const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
+void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
+                         const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 /* rope.cu */
 void mc_cuda_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* activation.cu */

@@ -176,14 +176,13 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
 
 /* Time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM shape's first call and
  * keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
- * steps on an H200, bench/RESULTS.md). The timing runs write the call's output: a beta = 0
- * entry times itself (each run rewrites the same values), and also its beta = 1 sibling
- * (the same GEMM accumulating, as the weight gradients into main_grad after the first
- * micro-batch and the LM head's after its first chunk), whose runs may add garbage into
- * the output because the beta = 0 call then overwrites it. A beta = 1 entry met before its
- * sibling keeps the heuristic's first. The choice depends on timings, so two runs may pick
- * differently and differ at rounding level: off when the backend is reproducible
- * (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
+ * steps on an H200, bench/RESULTS.md). Only where the timing runs leave the output right:
+ * beta = 0 (each run rewrites the same values) or a C input apart from the output (the
+ * residual-add GEMMs: each run writes D = Cin + P again); a product accumulating in place
+ * (the weight gradients into main_grad) would add itself up again and keeps the
+ * heuristic's first. The choice depends on timings, so two runs may pick differently and
+ * differ at rounding level: off when the backend is reproducible (--deterministic-mode),
+ * and with MC_GEMM_AUTOTUNE=0. */
 static bool gemm_autotune_wanted(const mc_cuda_state *st) {
     const char *e = getenv("MC_GEMM_AUTOTUNE"); /* read per new entry: tests switch it */
     return !st->be->reproducible && !(e && strcmp(e, "0") == 0);
@@ -314,10 +313,10 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
 }
 
 /* Times each candidate of a fresh entry (one warm-up, then 3 runs between CUDA events, on
- * the backend's stream, in place on C) and keeps the fastest; a candidate cublasLtMatmul
- * refuses is skipped. See gemm_autotune_wanted for why C may be written. */
-static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
-                       float beta, const char *op) {
+ * the backend's stream, writing C from Cin) and keeps the fastest; a candidate cublasLtMatmul
+ * refuses is skipped. The caller makes sure the runs leave C right (entry_run). */
+static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, const void *Cin,
+                       float alpha, float beta, const char *op) {
     cudaEvent_t t0, t1;
     MC_CUDA_CHECK(cudaEventCreate(&t0), op);
     MC_CUDA_CHECK(cudaEventCreate(&t1), op);
@@ -326,12 +325,12 @@ static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const vo
     bool any = false;
     for (int i = 0; i < e->ncand; i++) {
         const cublasLtMatmulAlgo_t *algo = &e->cand[i];
-        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo,
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, algo,
                            st->lt_workspace, st->lt_workspace_bytes, st->stream) != CUBLAS_STATUS_SUCCESS)
             continue;
         MC_CUDA_CHECK(cudaEventRecord(t0, st->stream), op);
         for (int r = 0; r < 3; r++)
-            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
+            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc,
                                            algo, st->lt_workspace, st->lt_workspace_bytes, st->stream),
                             op);
         MC_CUDA_CHECK(cudaEventRecord(t1, st->stream), op);
@@ -344,26 +343,6 @@ static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const vo
     MC_CUDA_CHECK(cudaEventDestroy(t1), op);
     e->algo = e->cand[best_i];
     e->ncand = 1;
-}
-
-/* The beta = 1 twin of a beta = 0 entry being tuned (its C input is its output, as in
- * every accumulating GEMM here), built and timed now, in place on this call's output,
- * which the beta = 0 call rewrites next. */
-static void tune_accumulating_sibling(mc_cuda_state *st, const gemm_entry *e, const void *A, const void *B, void *C,
-                                      float alpha, const void *bias, const void *aux) {
-    const char *sw = getenv("MC_GEMM_TUNE_ACC"); /* A/B switch, temporary */
-    if (sw && strcmp(sw, "0") == 0) return;
-    gemm_key key = e->key;
-    key.beta_nonzero = 1;
-    key.al_cin = key.al_c;
-    gemm_entry *s = cache_lookup(st, &key);
-    if (s->used) return;
-    cublasStatus_t status = entry_build(st, s, &key, bias, aux, "gemm autotune");
-    if (!s->has_algo) {
-        warn_no_algo(st, &key, "gemm autotune", status);
-        return;
-    }
-    if (s->ncand > 1) entry_tune(st, s, A, B, C, alpha, 1.0f, "gemm autotune");
 }
 
 static uint32_t algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
@@ -396,12 +375,9 @@ static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A,
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (e->ncand > 1) {
-        if (beta != 0.0f) {
-            e->ncand = 1; /* no sibling tuned it: the heuristic's first */
-        } else {
-            entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
-            tune_accumulating_sibling(st, e, A, B, C, alpha, bias, aux);
-        }
+        if (beta == 0.0f || (Cin != C && !getenv("MC_AB_NO_RESTUNE"))) /* A/B switch, temporary */
+            entry_tune(st, e, A, B, C, Cin, alpha, beta, "gemm autotune");
+        else e->ncand = 1; /* accumulating in place: the heuristic's first */
     }
     int slot = mc_cuda_gemm_prof_start(st);
     s = cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,

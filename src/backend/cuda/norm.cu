@@ -377,11 +377,11 @@ __global__ void norm_bwd_kernel(T *dx, T *y, float *part_w, float *part_b, const
  * registers and writes them once, as the warp's partial row (part_w[part, h]); w (and b)
  * sit in shared memory as loaded. Each element's arithmetic is the block kernel's, term
  * for term. dx may alias dy: a lane loads both of a row's groups before it writes that dx. */
-template <typename T, bool LN, int GPL>
+template <typename T, bool LN, int GPL, bool DXSUM>
 __global__ void __launch_bounds__(NORM_PIPE_THREADS)
-    norm_bwd_warp_pipe_kernel(T *dx, T *y, float *part_w, float *part_b, const T *dy, const T *x, const T *w,
-                              const T *b, const float *mean, const float *rstd, int64_t n, int64_t h, bool want_w,
-                              bool want_b) {
+    norm_bwd_warp_pipe_kernel(T *dx, T *y, float *part_w, float *part_b, float *part_s, const T *dy, const T *x,
+                              const T *w, const T *b, const float *mean, const float *rstd, int64_t n, int64_t h,
+                              bool want_w, bool want_b) {
     extern __shared__ uint4 norm_bwd_params_s[]; /* w [h], then b [h] (rewriting a LayerNorm's y with bias), of T */
     T *w_s = reinterpret_cast<T *>(norm_bwd_params_s), *b_s = w_s + h;
     norm_stage_param(w_s, w, h);
@@ -390,11 +390,11 @@ __global__ void __launch_bounds__(NORM_PIPE_THREADS)
     const int lane = threadIdx.x & 31;
     const int64_t groups = h / 8, nw = blockDim.x >> 5;
     const int64_t part = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5), parts = (int64_t)gridDim.x * nw;
-    float aw[GPL][8], ab[GPL][8];
+    float aw[GPL][8], ab[GPL][8], as[DXSUM ? GPL : 1][8];
 #pragma unroll
     for (int k = 0; k < GPL; k++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
+        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = as[DXSUM ? k : 0][j] = 0.0f;
     /* row rw's groups lane + 32 k of x, dy (and dx) as loaded, its mean and rstd; nothing for
      * a row at or past n (the groups past the row, and dx without dx, stay as they are) */
     auto load_row = [&](int64_t rw, norm_raw8<T>(&lx)[GPL], norm_raw8<T>(&ldy)[GPL], norm_raw8<T>(&ldx)[GPL],
@@ -463,6 +463,14 @@ __global__ void __launch_bounds__(NORM_PIPE_THREADS)
                         o[j] += r * (dv[j] * wv[j] - mean_g - xhat * mean_gx);
                     }
                     mc_store8(dx + row * h + g * 8, o);
+                    if (DXSUM) { /* the stored values' sums: o rounded to T as mc_store8 did */
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            T t;
+                            mc_st(&t, o[j]);
+                            as[DXSUM ? k : 0][j] += mc_ld(&t);
+                        }
+                    }
                 }
                 if (y) {
                     float bv[8] = {};
@@ -487,6 +495,7 @@ __global__ void __launch_bounds__(NORM_PIPE_THREADS)
         if (g >= groups) break;
         if (want_w) mc_store8(part_w + part * h + g * 8, aw[k]);
         if (want_b) mc_store8(part_b + part * h + g * 8, ab[k]);
+        if (DXSUM) mc_store8(part_s + part * h + g * 8, as[DXSUM ? k : 0]);
     }
 }
 
@@ -573,17 +582,18 @@ __global__ void __launch_bounds__(512)
     }
 }
 
-/* out[c] += sum over p of part[p, c], for dw (and db): block (32 columns x 32 lanes); lane
- * ty sums parts ty, ty + 32, ... in double, then the 32 lane sums are added in lane order.
- * Fixed order: deterministic. Many blocks, so the partial rows stream at full bandwidth. */
-__global__ void norm_param_reduce_kernel(float *dw, float *db, const float *part_w, const float *part_b, int64_t nparts,
-                                         int64_t h) {
+/* out[c] += sum over p of part[p, c], for dw, db and the dx column sums ds (each
+ * optional): block (32 columns x 32 lanes); lane ty sums parts ty, ty + 32, ... in double,
+ * then the 32 lane sums are added in lane order. Fixed order: deterministic. Many blocks,
+ * so the partial rows stream at full bandwidth. */
+__global__ void norm_param_reduce_kernel(float *dw, float *db, float *ds, const float *part_w, const float *part_b,
+                                         const float *part_s, int64_t nparts, int64_t h) {
     __shared__ double sh[32][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    for (int which = 0; which < 2; which++) {
-        float *out = which == 0 ? dw : db;
-        const float *part = which == 0 ? part_w : part_b;
+    for (int which = 0; which < 3; which++) {
+        float *out = which == 0 ? dw : which == 1 ? db : ds;
+        const float *part = which == 0 ? part_w : which == 1 ? part_b : part_s;
         if (!out) continue; /* uniform over the block */
         double s = 0.0;
         if (c < h)
@@ -619,23 +629,32 @@ static void launch_bwd_kernel(mc_cuda_state *st, const char *op, unsigned grid, 
 
 /* The pipelined warp-per-row kernel: blocks of NORM_PIPE_THREADS, as many as are resident
  * at once (the registers decide), then the partial rows added as below. */
-template <typename T, bool LN, int GPL>
-static void launch_bwd_warp_pipe(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy,
-                                 const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n,
-                                 int64_t h) {
+template <typename T, bool LN, int GPL, bool DXSUM>
+static void launch_bwd_warp_pipe(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, float *ds,
+                                 const T *dy, const T *x, const T *w, const T *b, const float *mean, const float *rstd,
+                                 int64_t n, int64_t h) {
     static int blocks_per_sm[64]; /* per device */
     const size_t smem = 2 * (size_t)h * sizeof(T);
-    const int64_t grid = norm_pipe_grid(st, op, norm_bwd_warp_pipe_kernel<T, LN, GPL>, blocks_per_sm, smem, n);
+    const int64_t grid = norm_pipe_grid(st, op, norm_bwd_warp_pipe_kernel<T, LN, GPL, DXSUM>, blocks_per_sm, smem, n);
     const int64_t parts = grid * (NORM_PIPE_THREADS / 32);
-    float *part = (float *)mc_cuda_workspace(st, 2 * (size_t)parts * (size_t)h * sizeof(float), op);
-    float *pw = part, *pb = part + parts * h;
-    norm_bwd_warp_pipe_kernel<T, LN, GPL><<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(
-        dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h, dw != NULL, db != NULL);
+    float *part = (float *)mc_cuda_workspace(st, 3 * (size_t)parts * (size_t)h * sizeof(float), op);
+    float *pw = part, *pb = part + parts * h, *ps = part + 2 * parts * h;
+    norm_bwd_warp_pipe_kernel<T, LN, GPL, DXSUM><<<(unsigned)grid, NORM_PIPE_THREADS, smem, st->stream>>>(
+        dx, y, pw, pb, ps, dy, x, w, b, mean, rstd, n, h, dw != NULL, db != NULL);
     MC_CUDA_LAUNCHED(st, op);
-    if (dw || db) {
-        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, parts, h);
+    if (dw || db || ds) {
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, ds, pw, pb, ps,
+                                                                                              parts, h);
         MC_CUDA_LAUNCHED(st, op);
     }
+}
+
+template <typename T, bool LN, int GPL>
+static void launch_bwd_warp_pipe(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, float *ds,
+                                 const T *dy, const T *x, const T *w, const T *b, const float *mean, const float *rstd,
+                                 int64_t n, int64_t h) {
+    if (ds) launch_bwd_warp_pipe<T, LN, GPL, true>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
+    else launch_bwd_warp_pipe<T, LN, GPL, false>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
 }
 
 /* The register-row kernel: blocks of the row's groups (rounded up to whole warps), a fixed
@@ -662,14 +681,17 @@ static void launch_bwd_row(mc_cuda_state *st, const char *op, T *dx, T *y, float
                                                                           dw != NULL, db != NULL);
     MC_CUDA_LAUNCHED(st, op);
     if (dw || db) {
-        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, grid, h);
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, NULL, pw, pb,
+                                                                                              NULL, grid, h);
         MC_CUDA_LAUNCHED(st, op);
     }
 }
 
+/* ds (optional): += the column sums of dx as stored, summed by the warp-per-row kernel as
+ * it writes dx, or by a pass of the column-sum kernel after the other kernels. */
 template <typename T, bool LN>
-static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, const T *dy, const T *x,
-                       const T *w, const T *b, const float *mean, const float *rstd, int64_t n, int64_t h) {
+static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw, float *db, float *ds, const T *dy,
+                       const T *x, const T *w, const T *b, const float *mean, const float *rstd, int64_t n, int64_t h) {
     if (n == 0 || h == 0) return;
     if (!dx && !y && !dw && !db) return;
     const bool vec16 = h % 8 == 0 && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) && mc_cuda_aligned16(w) &&
@@ -684,14 +706,16 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     constexpr int max_gpl = sizeof(T) == 2 ? 4 : 2, gpl3 = max_gpl < 3 ? max_gpl : 3;
     if (vec16 && h / 8 <= 32 * max_gpl) {
         const int64_t groups = h / 8;
-        if (groups <= 32) launch_bwd_warp_pipe<T, LN, 1>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        else if (groups <= 64) launch_bwd_warp_pipe<T, LN, 2>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        else if (groups <= 96) launch_bwd_warp_pipe<T, LN, gpl3>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        else launch_bwd_warp_pipe<T, LN, max_gpl>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        if (groups <= 32) launch_bwd_warp_pipe<T, LN, 1>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
+        else if (groups <= 64) launch_bwd_warp_pipe<T, LN, 2>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
+        else if (groups <= 96)
+            launch_bwd_warp_pipe<T, LN, gpl3>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
+        else launch_bwd_warp_pipe<T, LN, max_gpl>(st, op, dx, y, dw, db, ds, dy, x, w, b, mean, rstd, n, h);
         return;
     }
     if (vec16 && h <= 8 * 512) {
         launch_bwd_row<T, LN>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
+        if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
         return;
     }
     size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
@@ -714,8 +738,10 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     else
         launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h,
                                         use_smem, dw != NULL, db != NULL);
+    if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
     if (dw || db) {
-        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, pw, pb, grid, h);
+        norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, NULL, pw, pb,
+                                                                                              NULL, grid, h);
         MC_CUDA_LAUNCHED(st, op);
     }
 }
@@ -770,7 +796,14 @@ static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dty
     return t->data;
 }
 
-void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *y,
+/* dxsum (optional, F32 [h]): needs dx */
+static float *dx_sums(const char *op, mc_tensor *dxsum, const void *dx, int64_t h) {
+    float *ds = optional_stat(op, "dxsum", dxsum, h);
+    MC_ASSERT(!ds || dx, "cuda %s: dxsum needs dx", op);
+    return ds;
+}
+
+void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum, mc_tensor *y,
                            const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                            const mc_tensor *mean, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
@@ -785,8 +818,9 @@ void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tens
     float *dwd = optional_stat(op, "dw", dw, h), *dbd = optional_stat(op, "db", db, h);
     void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
     void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
+    float *dsd = dx_sums(op, dxsum, dxd, h);
     MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_bwd<T, true>(st, op, (T *)dxd, (T *)yd, dwd, dbd, (const T *)dy->data,
+                           launch_bwd<T, true>(st, op, (T *)dxd, (T *)yd, dwd, dbd, dsd, (const T *)dy->data,
                                                (const T *)x->data, (const T *)wd, (const T *)bd, md, rd, n, h));
 }
 
@@ -806,8 +840,8 @@ void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc
                                                 n, h, eps));
 }
 
-void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *y, const mc_tensor *dy,
-                         const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
+void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
+                         const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "rmsnorm_bwd";
     mc_cuda_check_float(op, "x", x);
@@ -819,7 +853,8 @@ void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor
     float *rd = required_stat(op, "rstd", rstd, n);
     float *dwd = optional_stat(op, "dw", dw, h);
     void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
+    float *dsd = dx_sums(op, dxsum, dxd, h);
     MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_bwd<T, false>(st, op, (T *)dxd, (T *)yd, dwd, NULL, (const T *)dy->data,
+                           launch_bwd<T, false>(st, op, (T *)dxd, (T *)yd, dwd, NULL, dsd, (const T *)dy->data,
                                                 (const T *)x->data, (const T *)wd, NULL, NULL, rd, n, h));
 }
