@@ -1370,6 +1370,9 @@ static void bench_all(void) {
               gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
         BENCH("layernorm_bwd [65536, 768] rewriting y", 5 * ng * hg * e, 0,
               gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &none, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+        mc_tensor dsg = mk1(gpu, F32, NULL, hg); /* training's call that also forms a bias gradient */
+        BENCH("layernorm_bwd [65536, 768] rewriting y, dx column sums", 5 * ng * hg * e, 0,
+              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &dsg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
         BENCH("rmsnorm_fwd [8192, 2048]", 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
         BENCH("rmsnorm_bwd [8192, 2048] rewriting y", 5 * nl * hl * e, 0,
               gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &none, &yl, &dyl, &xl, &wl, &rl));

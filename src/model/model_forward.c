@@ -5,7 +5,9 @@
  *   t = att Wproj^T [row-parallel] (+b); x_mid = x + dropout(t)
  *   y2 = norm2(x_mid); fc1 = y2 W1^T (+b); act = gelu(fc1) | swiglu(fc1)
  *   (with the tanh GELU, fc1 and act come from one op, linear_gelu_fwd, and backward's
- *   fc2 input gradient, GELU backward and fc1's bias gradient from linear_dgelu_bwd)
+ *   fc2 input gradient and GELU backward from linear_dgelu_bwd; fc1's bias gradient then
+ *   comes with its weight gradient, which a backend can fuse too, cuBLASLt's BGRAD
+ *   epilogues refusing an F32 bias gradient next to DGELU on the H200)
  *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
  * The projection's and fc2's bias gradients are the column sums of the residual stream's
  * gradient where that is their output gradient (mc_model_bias_by_norm): the norm backward
@@ -202,6 +204,10 @@ static void residual_branch_fwd(pass_ctx *p, mc_tensor *out, const mc_tensor *re
  * backward refills. (The norm outputs always live in the shared ytmp.) */
 static mc_tensor *act_buf(pass_ctx *p, int l) { return p->m->recompute_act ? &p->m->act_tmp : &p->m->acts[l].act; }
 
+/* fc1 and a tanh GELU as one op each way (linear_gelu_fwd / linear_dgelu_bwd), which a
+ * backend can fuse into its GEMMs. fc1 is column-parallel, so its bias and the GELU are
+ * local to each TP rank. */
+static bool fused_gelu(const mc_model *m) { return !m->cfg.swiglu && m->cfg.openai_gelu; }
 
 /* The MLP activation of fc1 (forward, and recomputed in backward). */
 static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
@@ -265,7 +271,7 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     gather_seq(p, &m->ytmp);
     mc_tensor y2 = rows_of(&m->ytmp, N), fc1 = rows_of(&a->fc1, N);
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b), act;
-    if (mc_model_fused_gelu(m)) {
+    if (fused_gelu(m)) {
         act = rows_of(act_buf(p, l), N);
         be->linear_gelu_fwd(be, &act, &fc1, &y2, &w1, &b1);
     } else {
@@ -307,15 +313,11 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor w2 = mc_model_param(m, lp->fc2_w), gw2 = mc_model_grad(m, lp->fc2_w);
     mc_tensor gb2 = by_norm ? none : mc_model_grad(m, lp->fc2_b);
     mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
-    int fc1_b = lp->fc1_b; /* fc1's bias gradient from its weight-gradient GEMM, or (-1) summed already */
-    if (mc_model_fused_gelu(m)) { /* d fc1 in dact's buffer, fc1's bias gradient summed from it */
+    if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
         mc_tensor act = m->recompute_act ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
-        const bool fc1_b_here = mc_model_fc1_bias_by_dgelu(m);
-        mc_tensor gb1 = fc1_b_here ? mc_model_grad(m, lp->fc1_b) : none;
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
-        be->linear_dgelu_bwd(be, &dact, &gb1, &dt, &w2, &fc1);
+        be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
-        if (fc1_b_here) fc1_b = -1;
     } else if (!m->recompute_act) { /* GELU, its activation saved */
         mc_tensor act = rows_of(&a->act, N);
         be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
@@ -332,7 +334,7 @@ static void layer_bwd(pass_ctx *p, int l) {
         }
         be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
     }
-    norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, fc1_b,
+    norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b,
                     by_norm ? lp->proj_b : -1);
 
     /* dres = d x_mid. Through the attention residual. */

@@ -134,10 +134,10 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
     m->out_w = c->untie_embeddings_and_output_weights
                    ? add_param(&tb, "output_layer.weight", 2, m->padded_vocab, h, MC_TP_ROWS, MC_INIT_NORMAL, std)
                    : m->emb_w;
-    /* model_forward.c's layer_bwd writes these through linear_bwd; the bias gradients that
-     * ops other than the weight-gradient GEMM sum into (mc_model_fused_gelu's fc1 bias,
-     * mc_model_bias_by_norm's projection and fc2 biases) accumulate from zero instead */
-    const bool fc1_b_summed = mc_model_fc1_bias_by_dgelu(m), out_b_summed = mc_model_bias_by_norm(m);
+    /* model_forward.c's layer_bwd writes these through linear_bwd; the bias gradients the
+     * norm backward sums into (mc_model_bias_by_norm's projection and fc2 biases)
+     * accumulate from zero instead */
+    const bool out_b_summed = mc_model_bias_by_norm(m);
     for (int64_t l = 0; l < L; l++) {
         const mc_layer_params *lp = &m->layers[l];
         const int linear[] = {lp->qkv_w,
@@ -145,7 +145,7 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
                               lp->proj_w,
                               out_b_summed ? -1 : lp->proj_b,
                               lp->fc1_w,
-                              fc1_b_summed ? -1 : lp->fc1_b,
+                              lp->fc1_b,
                               lp->fc2_w,
                               out_b_summed ? -1 : lp->fc2_b};
         for (size_t k = 0; k < sizeof linear / sizeof linear[0]; k++)
