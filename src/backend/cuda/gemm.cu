@@ -176,16 +176,17 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
 
 /* Time the heuristic's first GEMM_CANDIDATES algorithms on each GEMM shape's first call and
  * keep the fastest, instead of taking the heuristic's first (0.3-0.5% of the 1.5B and GPT-2
- * steps on an H200, bench/RESULTS.md). Only where the timing runs leave the output right:
- * beta = 0 (each run rewrites the same values) or a C input apart from the output (the
- * residual-add GEMMs: each run writes D = Cin + P again); a product accumulating in place
- * (the weight gradients into main_grad) would add itself up again and keeps the
- * heuristic's first. The choice depends on timings, so two runs may pick differently and
- * differ at rounding level: off when the backend is reproducible (--deterministic-mode),
- * and with MC_GEMM_AUTOTUNE=0. */
-static bool gemm_autotune_wanted(const mc_cuda_state *st) {
+ * steps on an H200, bench/RESULTS.md). Only for beta = 0 (the timing runs rewrite the
+ * output with the same values; a beta != 0 product, such as the weight gradients
+ * accumulating into main_grad, would add itself up again). The residual-add GEMMs (their C
+ * read apart from the output) could be timed too, and their tuned algorithm ran in half
+ * the time, yet the steps did not speed up (the GPU runs at its power cap; bench/RESULTS.md,
+ * eighth session), so they keep the heuristic's first. The choice depends on timings, so
+ * two runs may pick differently and differ at rounding level: off when the backend is
+ * reproducible (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
+static bool gemm_autotune_wanted(const mc_cuda_state *st, const gemm_key *key) {
     const char *e = getenv("MC_GEMM_AUTOTUNE"); /* read per new entry: tests switch it */
-    return !st->be->reproducible && !(e && strcmp(e, "0") == 0);
+    return !st->be->reproducible && !(e && strcmp(e, "0") == 0) && !key->beta_nonzero;
 }
 
 /* Builds the descriptors and picks the algorithm for `key` (bias and aux pointers set,
@@ -236,7 +237,7 @@ static cublasStatus_t entry_build(mc_cuda_state *st, gemm_entry *e, const gemm_k
     cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
     memset(res, 0, sizeof res);
     int nres = 0;
-    const int want = gemm_autotune_wanted(st) ? GEMM_CANDIDATES : 1;
+    const int want = gemm_autotune_wanted(st, key) ? GEMM_CANDIDATES : 1;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(st->lt, e->op, e->la, e->lb, e->lc, e->lc, pref, want, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
     e->ncand = 0;
@@ -313,10 +314,10 @@ static gemm_entry *entry_for(mc_cuda_state *st, const gemm_key *key, const void 
 }
 
 /* Times each candidate of a fresh entry (one warm-up, then 3 runs between CUDA events, on
- * the backend's stream, writing C from Cin) and keeps the fastest; a candidate cublasLtMatmul
- * refuses is skipped. The caller makes sure the runs leave C right (entry_run). */
-static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, const void *Cin,
-                       float alpha, float beta, const char *op) {
+ * the backend's stream) and keeps the fastest; a candidate cublasLtMatmul refuses is
+ * skipped. Every run computes this call's product (beta = 0), so the output stays right. */
+static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const void *B, void *C, float alpha,
+                       float beta, const char *op) {
     cudaEvent_t t0, t1;
     MC_CUDA_CHECK(cudaEventCreate(&t0), op);
     MC_CUDA_CHECK(cudaEventCreate(&t1), op);
@@ -325,12 +326,12 @@ static void entry_tune(mc_cuda_state *st, gemm_entry *e, const void *A, const vo
     bool any = false;
     for (int i = 0; i < e->ncand; i++) {
         const cublasLtMatmulAlgo_t *algo = &e->cand[i];
-        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, algo,
+        if (cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc, algo,
                            st->lt_workspace, st->lt_workspace_bytes, st->stream) != CUBLAS_STATUS_SUCCESS)
             continue;
         MC_CUDA_CHECK(cudaEventRecord(t0, st->stream), op);
         for (int r = 0; r < 3; r++)
-            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc,
+            MC_CUBLAS_CHECK(cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
                                            algo, st->lt_workspace, st->lt_workspace_bytes, st->stream),
                             op);
         MC_CUDA_CHECK(cudaEventRecord(t1, st->stream), op);
@@ -374,11 +375,7 @@ static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A,
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    if (e->ncand > 1) {
-        if (beta == 0.0f || (Cin != C && !getenv("MC_AB_NO_RESTUNE"))) /* A/B switch, temporary */
-            entry_tune(st, e, A, B, C, Cin, alpha, beta, "gemm autotune");
-        else e->ncand = 1; /* accumulating in place: the heuristic's first */
-    }
+    if (e->ncand > 1) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
     int slot = mc_cuda_gemm_prof_start(st);
     s = cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
                        st->lt_workspace, st->lt_workspace_bytes, st->stream);

@@ -715,7 +715,7 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     }
     if (vec16 && h <= 8 * 512) {
         launch_bwd_row<T, LN>(st, op, dx, y, dw, db, dy, x, w, b, mean, rstd, n, h);
-        if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
+        if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h); /* after its reduction (workspace) */
         return;
     }
     size_t smem_need = 2 * 8 * (size_t)((h + 7) / 8) * sizeof(float);
@@ -738,12 +738,13 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     else
         launch_bwd_kernel<T, false, LN>(st, op, (unsigned)grid, smem, dx, y, pw, pb, dy, x, w, b, mean, rstd, n, h,
                                         use_smem, dw != NULL, db != NULL);
-    if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
     if (dw || db) {
         norm_param_reduce_kernel<<<(unsigned)((h + 31) / 32), dim3(32, 32), 0, st->stream>>>(dw, db, NULL, pw, pb,
                                                                                               NULL, grid, h);
         MC_CUDA_LAUNCHED(st, op);
     }
+    /* after the reduction: the column sums' partials take the same workspace */
+    if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
 }
 
 /* ---- checks and dispatch ---- */
