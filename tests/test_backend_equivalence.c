@@ -648,13 +648,15 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gb = mk1(gpu, dt, b, h);
     mc_tensor gy = mk2(gpu, dt, NULL, N, h), gm = mk1(gpu, F32, NULL, N), gr = mk1(gpu, F32, NULL, N);
     mc_tensor gdy = mk2(gpu, dt, dy, N, h), gyre = mk2(gpu, dt, NULL, N, h);
-    /* the first run also sums dx's columns (dxsum) and rewrites y; the second does neither,
-     * and must give the same dx, dw and db */
-    mc_tensor gdx[2], gdw[2], gdb[2], gds = mk1(gpu, F32, ds0, h);
-    for (int r = 0; r < 2; r++) {
+    /* runs 0 and 1 also sum dx's columns (dxsum), run 0 rewrites y too: they must agree bit
+     * for bit; run 2 sums nothing (another kernel, whose own grid may order the dw sums
+     * differently), checked against the CPU */
+    mc_tensor gdx[3], gdw[3], gdb[3], gds[2];
+    for (int r = 0; r < 3; r++) {
         gdx[r] = mk2(gpu, dt, dx0, N, h);
         gdw[r] = mk1(gpu, F32, dw0, h);
         gdb[r] = mk1(gpu, F32, db0, h);
+        if (r < 2) gds[r] = mk1(gpu, F32, ds0, h);
     }
     char tag[64], what[128];
     snprintf(tag, sizeof tag, "%s N=%lld h=%lld%s", layernorm ? "layernorm" : "rmsnorm", (long long)N, (long long)h,
@@ -663,15 +665,15 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
         cpu->layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
         gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
         cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cds, &none, &cdy, &cx, &cw, &none, &cm, &cr);
-        for (int r = 0; r < 2; r++)
-            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r == 0 ? &gds : &none,
+        for (int r = 0; r < 3; r++)
+            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r < 2 ? &gds[r] : &none,
                                r == 0 ? &gyre : &none, &gdy, &gx, &gw, with_bias ? &gb : &none, &gm, &gr);
     } else {
         cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
         gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
         cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &cds, &none, &cdy, &cx, &cw, &cr);
-        for (int r = 0; r < 2; r++)
-            gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r == 0 ? &gds : &none, r == 0 ? &gyre : &none, &gdy, &gx, &gw,
+        for (int r = 0; r < 3; r++)
+            gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r < 2 ? &gds[r] : &none, r == 0 ? &gyre : &none, &gdy, &gx, &gw,
                              &gr);
     }
     snprintf(what, sizeof what, "%s bwd's rewritten y = fwd y", tag);
@@ -692,15 +694,23 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     snprintf(what, sizeof what, "%s bwd dw += (F32)", tag);
     cmp(what, dt, dw1, cdw.data, h);
     snprintf(what, sizeof what, "%s bwd dxsum += dx's column sums (F32)", tag);
-    cmp(what, dt, dl(gpu, &gds), cds.data, h);
-    snprintf(what, sizeof what, "%s bwd determinism dx, dw (%s)", tag, mc_dtype_name(dt));
-    bool eq = memcmp(dx1, dx2, (size_t)(N * h) * 4) == 0 && memcmp(dw1, dw2, (size_t)h * 4) == 0;
+    float *ds1 = dl(gpu, &gds[0]), *ds2 = dl(gpu, &gds[1]);
+    cmp(what, dt, ds1, cds.data, h);
+    snprintf(what, sizeof what, "%s bwd without dxsum: dx +=", tag);
+    cmp(what, dt, dl(gpu, &gdx[2]), cdx.data, N * h);
+    snprintf(what, sizeof what, "%s bwd without dxsum: dw += (F32)", tag);
+    cmp(what, dt, dl(gpu, &gdw[2]), cdw.data, h);
+    snprintf(what, sizeof what, "%s bwd determinism dx, dw, dxsum (%s)", tag, mc_dtype_name(dt));
+    bool eq = memcmp(dx1, dx2, (size_t)(N * h) * 4) == 0 && memcmp(dw1, dw2, (size_t)h * 4) == 0 &&
+              memcmp(ds1, ds2, (size_t)h * 4) == 0;
     if (layernorm && with_bias) {
         float *db1 = dl(gpu, &gdb[0]), *db2 = dl(gpu, &gdb[1]);
         snprintf(what, sizeof what, "%s bwd db += (F32)", tag);
         cmp(what, dt, db1, cdb.data, h);
+        snprintf(what, sizeof what, "%s bwd without dxsum: db += (F32)", tag);
+        cmp(what, dt, dl(gpu, &gdb[2]), cdb.data, h);
         eq = eq && memcmp(db1, db2, (size_t)h * 4) == 0;
-        snprintf(what, sizeof what, "%s bwd determinism dx, dw, db (%s)", tag, mc_dtype_name(dt));
+        snprintf(what, sizeof what, "%s bwd determinism dx, dw, db, dxsum (%s)", tag, mc_dtype_name(dt));
     }
     printf("  %-52s      %s\n", what, eq ? "bitwise equal" : "DIFFER  <-- FAIL");
     CHECK(eq, "%s: two CUDA runs differ", what);

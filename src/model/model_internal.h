@@ -2,8 +2,6 @@
 #ifndef MC_MODEL_INTERNAL_H
 #define MC_MODEL_INTERNAL_H
 
-#include <stdlib.h>
-
 #include "model/model.h"
 
 /* Fills m->params/nparams and the layer indices from m->cfg and the shard sizes, then the
@@ -19,8 +17,7 @@ static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 
  * branch's output gradient itself, without hidden dropout, and over all N tokens, without
  * sequence parallelism. */
 static inline bool mc_model_bias_by_norm(const mc_model *m) {
-    return m->cfg.hidden_dropout == 0.0f && !m->sp && m->cfg.add_bias_linear &&
-           !getenv("MC_AB_NO_NORMSUM"); /* A/B switch, temporary */
+    return m->cfg.hidden_dropout == 0.0f && !m->sp && m->cfg.add_bias_linear;
 }
 
 #endif
