@@ -376,7 +376,11 @@ __global__ void norm_bwd_kernel(T *dx, T *y, float *part_w, float *part_b, const
  * previous row's arithmetic. Lane l keeps its groups' dw/db sums over the warp's rows in
  * registers and writes them once, as the warp's partial row (part_w[part, h]); w (and b)
  * sit in shared memory as loaded. Each element's arithmetic is the block kernel's, term
- * for term. dx may alias dy: a lane loads both of a row's groups before it writes that dx. */
+ * for term. dx may alias dy: a lane loads both of a row's groups before it writes that dx.
+ * With DXSUM, lane l also sums the dx values it stores (rounded as stored) into a third
+ * partial row, part_s: dx's column sums (backend.h's dxsum, a bias gradient). That costs
+ * 32 registers (190 against 158 for GPT-2's rows in BF16), so it is its own instance; its
+ * grid, sized by its occupancy, may differ, and so may the order of the dw/db sums. */
 template <typename T, bool LN, int GPL, bool DXSUM>
 __global__ void __launch_bounds__(NORM_PIPE_THREADS)
     norm_bwd_warp_pipe_kernel(T *dx, T *y, float *part_w, float *part_b, float *part_s, const T *dy, const T *x,
