@@ -2,7 +2,8 @@
  * events and, when the backend is freed, prints one line per distinct GEMM (shape,
  * transposes, dtypes, epilogue, beta and the algorithm that ran: tile, split-K, reduction
  * scheme, stages) with its calls, total and mean time and TFLOP/s, slowest total first.
- * It says which GEMMs keep a step from the floor (bench/floor.py times each GEMM alone);
+ * It says which GEMMs keep a step from the floor (../shared/bench/floor.py times each
+ * GEMM alone; bench/torch_gemms.py sets each line beside torch's matmul at its shape);
  * Nsight Systems would too, but cuBLASLt's kernel names carry no shapes.
  *
  * Recording an event pair around each call costs little, but the pairs are read back in
