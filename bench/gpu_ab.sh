@@ -13,10 +13,10 @@ read -r -a BOTH <<< "${AB_FLAGS:-}"
 OUTDIR=${OUT:-$(mktemp -d)}/gpu_ab
 mkdir -p "$OUTDIR"
 ITERS=${MC_BENCH_ITERS:-10}
-source "$(dirname "$0")/../scripts/gpu/shapes.sh" # LLAMA, GPT2
+source "$(dirname "$0")/../scripts/gpu/shapes.sh" # LLAMA, LLAMA_X8, GPT2
 case $SHAPE in
 llama) FLAGS=("${LLAMA[@]}") ;;
-llama-x8) FLAGS=("${LLAMA[@]:0:${#LLAMA[@]}-1}" 32) ;; # --global-batch-size 32
+llama-x8) FLAGS=("${LLAMA_X8[@]}") ;;
 gpt2) FLAGS=("${GPT2[@]}") ;;
 *) echo "unknown shape $SHAPE"; exit 2 ;;
 esac

@@ -14,9 +14,9 @@ common_flags "$ITERS"
 for shape in ${GEMM_SHAPES:-llama gpt2}; do
     case $shape in
     llama) flags=("${LLAMA[@]}") ;;
-    llama8) flags=("${LLAMA[@]}" --global-batch-size 32) ;;
+    llama-x8) flags=("${LLAMA_X8[@]}") ;;
     gpt2) flags=("${GPT2[@]}") ;;
-    *) echo "gemm_profile.sh: unknown shape '$shape' (llama, llama8 or gpt2)" >&2; exit 2 ;;
+    *) echo "gemm_profile.sh: unknown shape '$shape' (llama, llama-x8 or gpt2)" >&2; exit 2 ;;
     esac
     MC_GEMM_PROFILE=1 timeout 200 "$B/megatron-c" train "${COMMON[@]}" "${flags[@]}" "$@" \
         --log-dir "$OUT/run_$shape" > "$OUT/run_$shape.log" 2>&1

@@ -1,11 +1,12 @@
 # shapes.sh: sourced by the GPU machine's A/B and profiling scripts (bench/gpu_ab.sh,
-# trace.sh, profile.sh, ncu_kernels.sh): the bench shapes' megatron-c flags (as
+# trace.sh, profile.sh, ncu_kernels.sh, gemm_profile.sh): the bench shapes' megatron-c flags (as
 # bench/gpu_train.sh runs them), the flags every profiling run shares (common_flags ITERS),
 # and Nsight Compute's binary.
 LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention --num-query-groups 8
        --ffn-hidden-size 8192 --swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500000
        --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 --seq-length 2048
        --micro-batch-size 4 --global-batch-size 4)
+LLAMA_X8=("${LLAMA[@]:0:${#LLAMA[@]}-1}" 32) # the same with --global-batch-size 32: 8 micro-batches a step
 GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
       --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
 common_flags() { # iterations: sets COMMON
