@@ -58,6 +58,18 @@ static mc_tensor alloc1(mc_arena *a, mc_dtype dt, int64_t n) {
     return mc_tensor_1d(mc_arena_alloc(a, (size_t)n * mc_dtype_size(dt)), dt, n);
 }
 
+/* Rows of a head chunk of at most `fit` rows for N tokens: from 256 up a power of two (see
+ * plan_activations), at least 1, at most N. */
+static int64_t head_rows(int64_t fit, int64_t N) {
+    int64_t rows = fit;
+    if (rows >= 256) {
+        rows = 256;
+        while (rows * 2 <= fit) rows *= 2;
+    }
+    if (rows < 1) rows = 1;
+    return rows > N ? N : rows;
+}
+
 /* The whole activation plan; run once on a measuring arena, once on the real one. */
 static void plan_activations(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
@@ -92,21 +104,41 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->dres = alloc2(a, at, Nl, h);
     m->dtmp = alloc2(a, at, N, h);
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
-     * work), 2^28 on a GPU (512 MB in bf16; PyTorch holds all N x V). Every chunk's weight
-     * gradient GEMM reads and writes the whole fp32 main_grad of the output layer (2.1 GB
-     * for a 128256 x 2048 head), so halving the chunk cost 0.9% of the 1.5B step (measured).
-     * The token count is rounded down to a power of two from 256 up, so that the chunks tile
-     * N exactly and the GEMMs keep whole tiles (odd remainders made cuBLASLt pick split-K). */
-    int64_t limit = m->be->device == MC_DEVICE_CUDA ? (int64_t)1 << 28 : (int64_t)1 << 24;
-    int64_t chunk = limit / m->vocab_local;
-    if (chunk >= 256) {
-        int64_t pow2 = 256;
-        while (pow2 * 2 <= chunk) pow2 *= 2;
-        chunk = pow2;
-    }
-    if (chunk < 1) chunk = 1;
-    if (chunk > N) chunk = N;
+     * work); on a GPU 2^28 (512 MB in bf16; PyTorch holds all N x V), or as many as fit in
+     * the layers' backward scratch that the chunk shares bytes with (below) when that is
+     * more (GPT-2 124M at batch 64: 0.9 GB, 8192 rows). Every chunk's weight-gradient GEMM
+     * reads and writes the whole fp32 main_grad of the output layer (2.1 GB for a 128256 x
+     * 2048 head), so halving the chunk cost 0.9% of the 1.5B step (measured). The token
+     * count is rounded down to a power of two from 256 up, so that the chunks tile N
+     * exactly and the GEMMs keep whole tiles (odd remainders made cuBLASLt pick split-K). */
+    size_t esz = mc_dtype_size(at);
+    size_t scratch = (size_t)N * (size_t)(m->qkv_local + (int64_t)m->heads_local * d + m->ffn_local + h +
+                                          (m->recompute_act ? m->ffn_local : 0)) * esz;
+    bool gpu = m->be->device == MC_DEVICE_CUDA;
+    int64_t limit = gpu ? (int64_t)1 << 28 : (int64_t)1 << 24;
+    const bool ab_old_head = getenv("MC_AB_OLD_HEAD") != NULL; /* A/B switch, removed after measuring */
+    if (gpu && !ab_old_head && (int64_t)(scratch / esz) > limit) limit = (int64_t)(scratch / esz);
+    int64_t chunk = head_rows(limit / m->vocab_local, N);
     m->head_chunk = chunk;
+    /* The first backward after mc_model_zero_grads may run its head in longer chunks held in
+     * an untied embedding's gradient, which nothing reads or writes between that reset and
+     * the pass's embedding backward (mc_model_zero_grads then leaves it to the pass to
+     * zero, after the head): 2h rows for bf16 logits in an fp32 gradient, 4096 on the 1.5B
+     * bench shape, whose single micro-batch a step then runs two chunks instead of four
+     * with no memory added. Not on the CPU, whose chunk is sized for its caches. */
+    m->head_chunk_first = 0;
+    m->logits_first = mc_tensor_none();
+    if (gpu && !ab_old_head && m->emb_w >= 0 && m->out_w != m->emb_w) {
+        const mc_param *e = &m->params[m->emb_w];
+        size_t room = (size_t)e->numel * mc_dtype_size(m->grad_dtype);
+        int64_t rows = head_rows((int64_t)(room / ((size_t)m->vocab_local * esz)), N);
+        if (rows > chunk) {
+            m->head_chunk_first = rows;
+            m->logits_first = mc_tensor_2d((char *)m->grad_buf + (size_t)e->offset * mc_dtype_size(m->grad_dtype),
+                                           at, rows, m->vocab_local);
+        }
+    }
+    int64_t rows_max = m->head_chunk_first > chunk ? m->head_chunk_first : chunk;
     /* The logits chunk and the layers' scratch (their gradients, the norm output and the
      * rewritten activation) are never live at once: the head runs after the last layer's
      * forward and before the first layer's backward. They share bytes (0.4 GB on the 1.5B
@@ -120,9 +152,9 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->ytmp = alloc2(a, at, N, h);
     m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
     mc_arena_skip_to_peak(a);
-    m->rowmax = alloc1(a, st, chunk);
-    m->gmax = alloc1(a, st, chunk);
-    m->stats = alloc2(a, st, 2, chunk);
+    m->rowmax = alloc1(a, st, rows_max);
+    m->gmax = alloc1(a, st, rows_max);
+    m->stats = alloc2(a, st, 2, rows_max);
     m->tok_loss = alloc1(a, st, N); /* every token's loss, copied to the host once per pass */
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
@@ -187,13 +219,14 @@ static int by_offset(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Zeroes everything but the grad_overwritten ranges (so padding stays zero too), one
+/* Zeroes everything but the grad_overwritten ranges (so padding stays zero too) and the
+ * embedding's gradient when the next backward's head borrows it (it zeroes it then), one
  * backend call per gap between them. */
 void mc_model_zero_grads(mc_model *m) {
     const mc_param **over = mc_xmalloc(sizeof(mc_param *) * (size_t)(m->nparams + 1));
     int n = 0;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].grad_overwritten) over[n++] = &m->params[i];
+        if (m->params[i].grad_overwritten || (i == m->emb_w && m->head_chunk_first > 0)) over[n++] = &m->params[i];
     qsort(over, (size_t)n, sizeof *over, by_offset);
     size_t esz = mc_dtype_size(m->grad_dtype);
     int64_t at = 0;

@@ -175,6 +175,11 @@ typedef struct mc_model {
     /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
     mc_tensor logits, rowmax, gmax, stats, tok_loss; /* gmax: the TP group's row maxima */
     int64_t head_chunk;
+    /* The first backward after mc_model_zero_grads: its head chunk (0: head_chunk) and the
+     * logits [head_chunk_first, vocab_local] it uses, the bytes of an untied embedding's
+     * gradient, which that pass zeroes after its head (mc_model_zero_grads leaves it). */
+    int64_t head_chunk_first;
+    mc_tensor logits_first;
     size_t act_bytes;
     /* host staging: a pass's per-token losses and loss mask as stored (F32 or F64), one
      * logits row */

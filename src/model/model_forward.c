@@ -451,9 +451,14 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, m->out_w), gw = mc_model_grad(m, m->out_w), none = mc_tensor_none();
-    for (int64_t c0 = 0; c0 < p->N; c0 += m->head_chunk) {
-        int64_t nc = p->N - c0 < m->head_chunk ? p->N - c0 : m->head_chunk;
-        mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc), rowmax = rows_of(&m->rowmax, nc);
+    /* The first backward after a reset: the longer chunks in the embedding's gradient,
+     * zeroed again once the head is done (mc_model_zero_grads left it). */
+    bool borrow = backward && !p->acc && m->head_chunk_first > 0;
+    int64_t chunk = borrow ? m->head_chunk_first : m->head_chunk;
+    const mc_tensor *lbuf = borrow ? &m->logits_first : &m->logits;
+    for (int64_t c0 = 0; c0 < p->N; c0 += chunk) {
+        int64_t nc = p->N - c0 < chunk ? p->N - c0 : chunk;
+        mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(lbuf, nc), rowmax = rows_of(&m->rowmax, nc);
         mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_at(&m->tok_loss, c0, nc);
         mc_tensor labels = rows_at(&p->mb->labels, c0, nc), mask = rows_at(&p->mb->loss_mask, c0, nc);
         be->linear_fwd(be, &logits, &x, &w, &none);
@@ -474,6 +479,10 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
             mc_tensor dx = rows_at(&m->dtmp, c0, nc);
             be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));
         }
+    }
+    if (borrow) {
+        mc_tensor ge = mc_model_grad(m, m->emb_w);
+        be->zero(be, ge.data, mc_tensor_bytes(&ge));
     }
     mc_tensor loss = rows_of(&m->tok_loss, p->N), mask = rows_of(&p->mb->loss_mask, p->N);
     if (host_loss) {
