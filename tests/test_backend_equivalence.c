@@ -7,7 +7,7 @@
  * error: F32 < 1e-5, BF16 and F16 < 1e-2 (the F32 statistics and weight gradients of a
  * 16-bit run too).
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
- * attention_bwd, adamw, linear_dgelu_bwd, linear_bwd's bias gradient and xent_fused;
+ * attention_bwd (with and without its dbias), adamw, linear_dgelu_bwd, linear_bwd's bias gradient and xent_fused;
  * init_normal against the CPU's values (within one float ulp); exact fill/convert;
  * sumsq/sumsq_segments/count_zeros.
  *
@@ -1166,12 +1166,19 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     mc_tensor cdo = mk1(cpu, F32, dout, nout), cdq = mk1(cpu, F32, NULL, nqkv);
     mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gl = mk1(gpu, F32, NULL, nlse);
     mc_tensor gdo = mk1(gpu, dt, dout, nout), gdq = mk1(gpu, dt, NULL, nqkv), gdq2 = mk1(gpu, dt, NULL, nqkv);
+    mc_tensor gdq3 = mk1(gpu, dt, NULL, nqkv);
+    /* dbias += dqkv's column sums, from a nonzero start */
+    int64_t width = (int64_t)(a->heads + 2 * a->groups) * a->d;
+    float *bias0 = rnd(width, 0.1f);
+    mc_tensor cdb = mk1(cpu, F32, bias0, width), gdb = mk1(gpu, F32, bias0, width), gdb2 = mk1(gpu, F32, bias0, width);
     cpu->attention_fwd(cpu, &co, &cl, &cq, &cd);
-    cpu->attention_bwd(cpu, &cdq, &cdo, &cq, &co, &cl, &cd);
+    cpu->attention_bwd(cpu, &cdq, &cdb, &cdo, &cq, &co, &cl, &cd);
     gpu->attention_fwd(gpu, &go, &gl, &gq, &gd);
-    /* backward from the GPU's own forward output (as in training), twice */
-    gpu->attention_bwd(gpu, &gdq, &gdo, &gq, &go, &gl, &gd);
-    gpu->attention_bwd(gpu, &gdq2, &gdo, &gq, &go, &gl, &gd);
+    /* backward from the GPU's own forward output (as in training), three times: with the
+     * column sums, without (dqkv the same bits), with them again (dbias the same bits) */
+    gpu->attention_bwd(gpu, &gdq, &gdb, &gdo, &gq, &go, &gl, &gd);
+    gpu->attention_bwd(gpu, &gdq2, NULL, &gdo, &gq, &go, &gl, &gd);
+    gpu->attention_bwd(gpu, &gdq3, &gdb2, &gdo, &gq, &go, &gl, &gd);
     char tag[96], what[160];
     snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s", (long long)S, (long long)B, a->heads,
              a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "");
@@ -1184,6 +1191,11 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     cmp(what, dt, d1, cdq.data, nqkv);
     snprintf(what, sizeof what, "%s bwd determinism (%s)", tag, mc_dtype_name(dt));
     same_bits(what, d1, d2, (size_t)nqkv * 4);
+    float *b1 = dl(gpu, &gdb), *b2 = dl(gpu, &gdb2);
+    snprintf(what, sizeof what, "%s dbias", tag);
+    cmp(what, dt, b1, cdb.data, width);
+    snprintf(what, sizeof what, "%s dbias determinism (%s)", tag, mc_dtype_name(dt));
+    same_bits(what, b1, b2, (size_t)width * 4);
     release_all();
 }
 

@@ -771,7 +771,7 @@ static void attn_run_bwd(mc_dtype dt, const mc_attn_desc *d, void *dqkv, void *d
     int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
     mc_tensor DQ = t1(dqkv, dt, nqkv), DO = t1(dout, dt, nout), Q = t1(qkv, dt, nqkv), O = t1(out, dt, nout),
               L = t1(lse, dt, d->batch * d->heads * d->seq);
-    be->attention_bwd(be, &DQ, &DO, &Q, &O, &L, d);
+    be->attention_bwd(be, &DQ, NULL, &DO, &Q, &O, &L, d);
 }
 
 static double attn_loss(void *ctx) {

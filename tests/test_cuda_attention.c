@@ -110,6 +110,25 @@ static void check_l2(const char *what, const char *name, double err, double tol)
     CHECK(err < tol, "%s: %s relative L2 %.3g >= %.3g", name, what, err, tol);
 }
 
+/* The backward's partial column sums parts [rows, ts] (device) against the column sums of
+ * the reference dqkv [n, ts]: per column, summed over rows in double. */
+static void colsums_check(const char *name, const float *parts, int64_t rows, const float *ref, int64_t n, int64_t ts,
+                          double tol) {
+    float *hp = malloc((size_t)(rows * ts) * sizeof(float)), *got = calloc((size_t)ts, sizeof(float)),
+          *want = calloc((size_t)ts, sizeof(float));
+    CU(cudaMemcpy(hp, parts, (size_t)(rows * ts) * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int64_t c = 0; c < ts; c++) {
+        double a = 0, b = 0;
+        for (int64_t r = 0; r < rows; r++) a += hp[r * ts + c];
+        for (int64_t t = 0; t < n; t++) b += ref[t * ts + c];
+        got[c] = (float)a, want[c] = (float)b;
+    }
+    const double e = check_rel_l2(got, want, ts);
+    printf("  %-50s dqkv column sums %.2e (%lld partial rows)\n", name, e, (long long)rows);
+    check_l2("dqkv column sums", name, e, tol);
+    free(hp), free(got), free(want);
+}
+
 static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
     const double tol = dt == MC_F32 ? 1e-5 : 1e-2;
     const int64_t S = sh.S, B = sh.B;
@@ -148,7 +167,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
                   L = mc_tensor_1d(ref_lse, MC_F32, nlse), DO = mc_tensor_1d(dout, MC_F32, nout),
                   DQ = mc_tensor_1d(ref_dqkv, MC_F32, nqkv);
         cpu->attention_fwd(cpu, &O, &L, &Q, &hd);
-        cpu->attention_bwd(cpu, &DQ, &DO, &Q, &O, &L, &hd);
+        cpu->attention_bwd(cpu, &DQ, NULL, &DO, &Q, &O, &L, &hd);
     }
 
     /* GPU */
@@ -168,7 +187,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         desc.seg_start = mc_tensor_2d(d_seg, MC_I32, B, S);
     }
     desc.deterministic = false; /* the larger workspace (with the dQ accumulator) */
-    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, dt);
+    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, dt, true);
     void *ws = NULL;
     CU(cudaMalloc(&ws, ws_bytes));
     mc_tensor Q = mc_tensor_1d(d_qkv, dt, nqkv), O = mc_tensor_1d(d_out, dt, nout), L = mc_tensor_1d(d_lse, MC_F32, nlse),
@@ -185,10 +204,12 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
     for (int det = 0; det < 2; det++) {
         desc.deterministic = det == 1;
         CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es)); /* NaN: every element must be written */
-        mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
+        const float *parts = NULL;
+        const int64_t prows = mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, true, &parts);
         CU(cudaDeviceSynchronize());
         free(dqkv);
         dqkv = to_host(d_dqkv, nqkv, dt);
+        if (prows > 0) colsums_check(name, parts, prows, ref_dqkv, S * B, (int64_t)(H + 2 * G) * d, tol);
         const double e_dq = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 0),
                      e_dk = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 1), e_dv = part_rel_l2(dqkv, ref_dqkv, nqkv, hpg, d, 2);
         char label[96];
@@ -208,7 +229,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
 
     /* determinism: a second deterministic backward (into a NaN-filled buffer) is bitwise equal */
     CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es));
-    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
+    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, false, NULL);
     CU(cudaDeviceSynchronize());
     void *again = malloc((size_t)nqkv * es), *first = malloc((size_t)nqkv * es);
     CU(cudaMemcpy(again, d_dqkv, (size_t)nqkv * es, cudaMemcpyDeviceToHost));
@@ -310,7 +331,7 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
     CU(cudaMalloc(&dqkv, (size_t)nqkv * 2));
     mc_attn_desc desc = {.seq = S, .batch = B, .heads = H, .groups = G, .head_dim = d,
                          .softmax_scale = (float)(1.0 / sqrt((double)d)), .deterministic = false};
-    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, MC_BF16);
+    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, MC_BF16, true);
     void *ws;
     CU(cudaMalloc(&ws, ws_bytes));
     mc_tensor Q = mc_tensor_1d(qkv, MC_BF16, nqkv), O = mc_tensor_1d(out, MC_BF16, nout),
@@ -320,21 +341,25 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
     CU(cudaEventCreate(&e0));
     CU(cudaEventCreate(&e1));
     const double fwd_flops = 4.0 * (double)B * H * (double)S * (double)S * d / 2;
-    for (int mode = 0; mode < 5; mode++) { /* 0: fwd, 1: bwd alone, 2: fwd + bwd; 3, 4: the same, deterministic */
-        desc.deterministic = mode >= 3;
+    /* 0: fwd, 1: bwd alone, 2: fwd + bwd; 3, 4: the same, deterministic; 5: bwd with dqkv's
+     * column sums (the partial sums, without their final small reduction) */
+    for (int mode = 0; mode < 6; mode++) {
+        desc.deterministic = mode == 3 || mode == 4;
+        const float *parts = NULL;
         float ms[20];
         for (int rep = -3; rep < 20; rep++) {
             CU(cudaEventRecord(e0, 0));
             if (mode != 1 && mode != 3) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
-            if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc);
+            if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts);
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             if (rep >= 0) CU(cudaEventElapsedTime(&ms[rep], e0, e1));
         }
         qsort(ms, 20, sizeof(float), cmp_float);
         const double med = ms[10] * 1e-3;
-        const double flops = mode == 0 ? fwd_flops : (mode == 1 || mode == 3) ? 2.5 * fwd_flops : 3.5 * fwd_flops;
-        static const char *const what[] = {"fwd", "bwd", "fwd+bwd", "bwd-det", "fwd+bwd-det"};
+        const double flops =
+            mode == 0 ? fwd_flops : (mode == 1 || mode == 3 || mode == 5) ? 2.5 * fwd_flops : 3.5 * fwd_flops;
+        static const char *const what[] = {"fwd", "bwd", "fwd+bwd", "bwd-det", "fwd+bwd-det", "bwd-colsum"};
         printf("BENCH attention %-8s %-11s B=%lld H=%d G=%d d=%d S=%lld: %8.3f ms  %6.1f TFLOP/s\n", name, what[mode],
                (long long)B, H, G, d, (long long)S, med * 1e3, flops / med / 1e12);
     }

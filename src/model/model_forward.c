@@ -11,7 +11,9 @@
  *   t = act W2^T [row-parallel] (+b); x_out = x_mid + dropout(t)
  * The projection's and fc2's bias gradients are the column sums of the residual stream's
  * gradient where that is their output gradient (mc_model_bias_by_norm): the norm backward
- * that updates the stream sums them as it writes it.
+ * that updates the stream sums them as it writes it. QKV's is dqkv's column sums, summed
+ * by the attention backward that writes dqkv when no RoPE follows it there
+ * (mc_model_qkv_bias_by_attention).
  * Row-parallel biases are added by TP rank 0 only, before the reduction, so the sum holds
  * them once; every rank computes their (identical) gradient from the full output gradient.
  *
@@ -346,13 +348,15 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = rows_of(&m->dqkv, N);
     mc_attn_desc ad = attn_desc(p, l);
-    be->attention_bwd(be, &dqkv, &datt, &qkv, &att, &lse, &ad);
+    const bool qkv_b_by_attn = mc_model_qkv_bias_by_attention(m);
+    mc_tensor gbq = qkv_b_by_attn ? mc_model_grad(m, lp->qkv_b) : none;
+    be->attention_bwd(be, &dqkv, &gbq, &datt, &qkv, &att, &lse, &ad);
     if (m->cfg.position_embedding_type == MC_POS_ROPE) {
         mc_rope_desc rd = rope_desc(p);
         be->rope(be, &dqkv, &rd, true);
     }
-    norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w, lp->qkv_b,
-                    l > 0 ? fc2_bias_sum(p, l - 1) : -1);
+    norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w,
+                    qkv_b_by_attn ? -1 : lp->qkv_b, l > 0 ? fc2_bias_sum(p, l - 1) : -1);
 }
 
 static void embedding_fwd(pass_ctx *p) {

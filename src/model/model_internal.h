@@ -2,6 +2,8 @@
 #ifndef MC_MODEL_INTERNAL_H
 #define MC_MODEL_INTERNAL_H
 
+#include <stdlib.h>
+
 #include "model/model.h"
 
 /* Fills m->params/nparams and the layer indices from m->cfg and the shard sizes, then the
@@ -18,6 +20,14 @@ static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 
  * sequence parallelism. */
 static inline bool mc_model_bias_by_norm(const mc_model *m) {
     return m->cfg.hidden_dropout == 0.0f && !m->sp && m->cfg.add_bias_linear;
+}
+
+/* QKV's bias gradient as the column sums of dqkv, summed by the attention backward that
+ * writes it (its dbias) instead of by QKV's weight-gradient GEMM: where nothing acts on
+ * dqkv in between, i.e. without RoPE (whose backward rotates dq and dk after it). */
+static inline bool mc_model_qkv_bias_by_attention(const mc_model *m) {
+    return m->cfg.add_bias_linear && m->cfg.position_embedding_type != MC_POS_ROPE &&
+           !getenv("MC_AB_QKV_GEMM"); /* A/B switch, removed after measuring */
 }
 
 #endif

@@ -135,13 +135,14 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout) {
                    ? add_param(&tb, "output_layer.weight", 2, m->padded_vocab, h, MC_TP_ROWS, MC_INIT_NORMAL, std)
                    : m->emb_w;
     /* model_forward.c's layer_bwd writes these through linear_bwd; the bias gradients the
-     * norm backward sums into (mc_model_bias_by_norm's projection and fc2 biases)
-     * accumulate from zero instead */
-    const bool out_b_summed = mc_model_bias_by_norm(m);
+     * norm backward sums into (mc_model_bias_by_norm's projection and fc2 biases) and the
+     * attention backward sums into (mc_model_qkv_bias_by_attention's) accumulate from zero
+     * instead */
+    const bool out_b_summed = mc_model_bias_by_norm(m), qkv_b_summed = mc_model_qkv_bias_by_attention(m);
     for (int64_t l = 0; l < L; l++) {
         const mc_layer_params *lp = &m->layers[l];
         const int linear[] = {lp->qkv_w,
-                              lp->qkv_b,
+                              qkv_b_summed ? -1 : lp->qkv_b,
                               lp->proj_w,
                               out_b_summed ? -1 : lp->proj_b,
                               lp->fc1_w,

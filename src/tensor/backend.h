@@ -204,9 +204,12 @@ struct mc_backend {
     /* ---- attention (causal, GQA, flash-style: O(S) memory per row) ---- */
     void (*attention_fwd)(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                           const mc_attn_desc *d);
-    /* dqkv overwritten (all of q, k and v parts). */
-    void (*attention_bwd)(mc_backend *, mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
-                          const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
+    /* dqkv overwritten (all of q, k and v parts). dbias, optional (F32 [qkv width], the
+     * QKV bias gradient where nothing acts on dqkv before that linear): += dqkv's column
+     * sums over all S B positions, which a backend may form from the values before their
+     * rounding to dqkv's dtype. */
+    void (*attention_bwd)(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
+                          const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 
     /* ---- dropout and residual (masks regenerated from Philox, never stored) ----
      * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p, 0 <= p < 1. y may

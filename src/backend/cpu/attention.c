@@ -357,8 +357,8 @@ void mc_cpu_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const 
     MC_CPU_DISPATCH(dt, attention_fwd, be, &gm, out->data, lse->data, qkv->data, seg);
 }
 
-void mc_cpu_attention_bwd(mc_backend *be, mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
-                          const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
+void mc_cpu_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
+                          const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
     const char *op = "attention_bwd";
     attn_geom gm;
     const int32_t *seg = attn_check(op, d, qkv, &gm);
@@ -373,6 +373,11 @@ void mc_cpu_attention_bwd(mc_backend *be, mc_tensor *dqkv, const mc_tensor *dout
     mc_cpu_check_dtype(op, "lse", lse, dt);
     mc_cpu_check_numel(op, "lse", lse, d->batch * d->heads * d->seq);
     MC_CPU_DISPATCH(dt, attention_bwd, be, &gm, dqkv->data, dout->data, qkv->data, out->data, lse->data, seg);
+    if (mc_tensor_present(dbias)) {
+        int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
+        mc_tensor rows = mc_tensor_2d(dqkv->data, dt, d->seq * d->batch, width);
+        mc_cpu_colsum_add(dbias, &rows, op);
+    }
 }
 
 #endif

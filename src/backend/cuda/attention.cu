@@ -20,7 +20,10 @@
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
  * accumulator [B, heads, S, d] that the key-side kernel adds into (atomics, or the wgmma
  * kernel's bulk adds; which
- * saves recomputing S and dP in a separate dQ pass; see attention_bf16_bwd.cu). */
+ * saves recomputing S and dP in a separate dQ pass; see attention_bf16_bwd.cu), and when
+ * dqkv's column sums are asked for (a QKV bias gradient), room for the partial sums the
+ * wgmma backward forms as it writes dqkv (attn_colsum_parts): about 4.7 MB on GPT-2's
+ * bench shape, against the pass over dqkv (0.3 GB) that summing it afterwards reads. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,14 +241,25 @@ static size_t attn_dq_acc_bytes(const mc_attn_desc *d) {
     return attn_round256((size_t)d->batch * (size_t)d->heads * (size_t)d->seq * (size_t)d->head_dim * sizeof(float));
 }
 
-extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype) {
-    MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
-    return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0);
+/* Room for the partial column sums (attn_colsum_parts) where the backward may form them:
+ * the wgmma path with a dQ accumulator (whether it runs is known only with the operands). */
+static size_t attn_parts_bytes(const mc_attn_desc *d, mc_dtype dt) {
+    if (!attn_fused_dq(d, dt) || d->head_dim != 64) return 0;
+    const int64_t rows = (d->seq + ATTN_COLSUM_ROWS - 1) / ATTN_COLSUM_ROWS * d->batch;
+    const int64_t ts = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
+    return attn_round256((size_t)(rows * ts) * sizeof(float));
 }
 
-extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
-                                      const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
-                                      const mc_tensor *lse, const mc_attn_desc *d) {
+extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums) {
+    MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
+    return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0) +
+           (colsums ? attn_parts_bytes(d, dtype) : 0);
+}
+
+extern "C" int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes,
+                                         mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
+                                         const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d,
+                                         bool colsums, const float **parts) {
     const char *op = "attention_bwd";
     const attn_geom g = attn_geometry(op, d, qkv);
     const mc_dtype dt = qkv->dtype;
@@ -254,7 +268,7 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
     attn_check_tensor(op, "dout", dout, dt, nout);
     attn_check_tensor(op, "out", out, dt, nout);
     attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
-    const size_t need = mc_cuda_attention_bwd_workspace(d, dt);
+    const size_t need = mc_cuda_attention_bwd_workspace(d, dt, colsums);
     MC_ASSERT(workspace && workspace_bytes >= need, "cuda %s: workspace of %zu bytes, %zu needed", op,
               workspace_bytes, need);
     MC_ASSERT(dqkv->data != qkv->data, "cuda %s: dqkv must not alias qkv", op);
@@ -263,23 +277,30 @@ extern "C" void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size
         attn_launch_rowdot_f32(stream, g, D, (const float *)dout->data, (const float *)out->data);
         attn_simple_bwd_f32(stream, g, (float *)dqkv->data, (const float *)dout->data, (const float *)qkv->data,
                             (const float *)lse->data, D);
-        return;
+        return 0;
     }
     if (dt == MC_F16) {
         attn_launch_rowdot_f16(stream, g, D, (const __half *)dout->data, (const __half *)out->data);
         attn_simple_bwd_f16(stream, g, (__half *)dqkv->data, (const __half *)dout->data, (const __half *)qkv->data,
                             (const float *)lse->data, D);
-        return;
+        return 0;
     }
     const __nv_bfloat16 *dO = (const __nv_bfloat16 *)dout->data, *O = (const __nv_bfloat16 *)out->data,
                         *x = (const __nv_bfloat16 *)qkv->data;
     __nv_bfloat16 *dx = (__nv_bfloat16 *)dqkv->data;
     float *dq_acc = attn_fused_dq(d, dt) ? (float *)((char *)workspace + attn_d_bytes(d)) : NULL;
     attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
-    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g))
-        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
-    else if (attn_use_mma(g, dt, x, dx, dO, NULL))
+    if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g)) {
+        float *p = colsums && dq_acc ? (float *)((char *)dq_acc + attn_dq_acc_bytes(d)) : NULL;
+        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc, p);
+        if (p) {
+            *parts = p;
+            return attn_colsum_parts(g);
+        }
+    } else if (attn_use_mma(g, dt, x, dx, dO, NULL)) {
         attn_mma_bwd(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc);
-    else
+    } else {
         attn_simple_bwd_bf16(stream, g, dx, dO, x, (const float *)lse->data, D);
+    }
+    return 0;
 }

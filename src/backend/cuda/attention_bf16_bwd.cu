@@ -508,6 +508,47 @@ __global__ void dq_store_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *d
     }
 }
 
+/* The same store, also summing dQ's columns (the F32 values, before rounding) over each
+ * 128-query tile of a (batch, head): block = (tile, batch, head), 256 threads, thread t
+ * columns 8 (t % 8) .. + 7 of rows t / 8, t / 8 + 32, ... of the tile; the 32 row lanes'
+ * sums combined in a fixed order (shuffles, then the warps in order), into
+ * parts[tile B + b] at the head's q columns (see attn_colsum_parts). */
+__global__ void __launch_bounds__(256) dq_store_sum_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *dq_acc,
+                                                           float *parts) {
+    constexpr int D = 64;
+    __shared__ float red[8][D];
+    const int nkt = attn_cdiv(g.S, ATTN_COLSUM_ROWS);
+    const int kt = (int)(blockIdx.x % nkt), bh = (int)(blockIdx.x / nkt), b = bh / g.H, h = bh % g.H;
+    const int c = threadIdx.x % 8, r0 = threadIdx.x / 8, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int i1 = min(g.S, (kt + 1) * ATTN_COLSUM_ROWS);
+    float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int i = kt * ATTN_COLSUM_ROWS + r0; i < i1; i += 32) {
+        const float *src = dq_acc + (((int64_t)b * g.H + h) * g.S + i) * D + c * 8;
+        const float4 lo = *reinterpret_cast<const float4 *>(src), hi = *reinterpret_cast<const float4 *>(src + 4);
+        uint4 v;
+        v.x = attn_pack_bf16(lo.x, lo.y), v.y = attn_pack_bf16(lo.z, lo.w);
+        v.z = attn_pack_bf16(hi.x, hi.y), v.w = attn_pack_bf16(hi.z, hi.w);
+        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = v;
+        sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+        sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) { /* the warp's 4 row lanes (lane / 8) */
+        sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 8);
+        sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 16);
+    }
+    if (lane < 8)
+#pragma unroll
+        for (int k = 0; k < 8; k++) red[warp][c * 8 + k] = sum[k];
+    __syncthreads();
+    if (threadIdx.x < D) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 8; w++) t += red[w][threadIdx.x];
+        parts[((int64_t)kt * g.B + b) * g.ts + attn_q_off(g, 0, 0, h) + threadIdx.x] = t;
+    }
+}
+
 /* DQ: the fused kernel (dq_acc zeroed by the caller, dQ stored into dqkv after). */
 template <int D, int NW, int BQ, int NS, int MINB, bool DQ>
 static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
@@ -520,10 +561,19 @@ static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<(unsigned)blocks, C::NT, smem, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
     ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
-    if (DQ) attn_launch_dq_store(st, g, dqkv, dq_acc);
+    if (DQ) attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr);
 }
 
-void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc) {
+void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc,
+                          float *parts) {
+    if (parts) {
+        MC_ASSERT(g.d == 64, "cuda attention: no summing dQ store for head_dim %d", g.d);
+        const int64_t blocks = (int64_t)attn_cdiv(g.S, ATTN_COLSUM_ROWS) * g.B * g.H;
+        MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
+        dq_store_sum_kernel<<<(unsigned)blocks, 256, 0, st>>>(g, dqkv, dq_acc, parts);
+        ATTN_CHECK_LAUNCH("dq_store_sum_kernel");
+        return;
+    }
     const int64_t n8 = (int64_t)g.B * g.H * g.S * (g.d / 8);
     const int threads = 256;
     const int64_t want = (n8 + threads - 1) / threads, cap = (int64_t)65535 * 16;

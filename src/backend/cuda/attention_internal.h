@@ -226,17 +226,30 @@ void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float
 size_t attn_mma_dq_acc_bytes(const attn_geom &g);
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
-/* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. */
-void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc);
+/* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. With
+ * `parts` (d 64) also its column sums, into parts (attn_colsum_parts). */
+void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc,
+                          float *parts);
+
+/* dqkv's column sums from the kernels that write it (the wgmma backward with dq_acc):
+ * partial sums over tiles of ATTN_COLSUM_ROWS positions, parts [cdiv(S, ROWS) B, ts] F32,
+ * row tile B + b holding batch b's tile `tile` in qkv's column order: the q columns from
+ * the dQ store, the k and v columns from the key-side kernel (whose 128-key blocks are
+ * those tiles). Every element is written once; the column sums of parts, in row order,
+ * are dqkv's (cuda_backend.cu adds them into the bias gradient). */
+enum { ATTN_COLSUM_ROWS = 128 };
+inline int64_t attn_colsum_parts(const attn_geom &g) {
+    return (int64_t)((g.S + ATTN_COLSUM_ROWS - 1) / ATTN_COLSUM_ROWS) * g.B;
+}
 
 /* attention_wgmma_{fwd,bwd_pipe,dq}.cu: Hopper wgmma kernels for d = 64 without dropout or
  * seg_start, on a compute capability 9.0 device (attention.cu checks all that). The
  * backward (its key-side kernel software-pipelined) sums dQ into dq_acc (zeroed by the
  * caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by attn_wg_dq's
- * separate pass. */
+ * separate pass. `parts` (with dq_acc only; else NULL): also dqkv's column-sum partials. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                 const __nv_bfloat16 *qkv, const float *lse, const float *D);
 

@@ -124,9 +124,14 @@
  *   - dQ staging rotates each thread's four 8-column float2 stores by its row
  *     ((lane / 4) % 4): the staging rows are 256 bytes, so without it the 8 rows of a
  *     store instruction fall on the same 8 banks; with it a half-warp covers all 32.
+ *   - SUM (with dq_acc): after its stores the block also sums its dK and dV columns over
+ *     its 128 keys into its row of the column-sum partials (attn_colsum_parts), and the dQ
+ *     store sums dQ's over the same 128-position tiles, so a QKV bias gradient needs no
+ *     pass over dqkv (nor cuBLASLt's BGRADB epilogue on QKV's weight gradient).
  * Configuration (ptxas -v, sm_90a, CUDA 13): 2 warpgroups, 128-key blocks, one block per
  * SM, 162.5 KB of shared memory (K, V; 3 stages of Q, dO, lse, D; 2 dS^T and 3 dQ
- * buffers), 220 registers with dq_acc and 216 without, no spills, no wgmma serialization.
+ * buffers), 220 registers with dq_acc (214 with SUM too) and 216 without, no spills, no
+ * wgmma serialization.
  */
 #include <limits.h>
 
@@ -144,11 +149,11 @@ struct wbp_cfg {
                                    NDQ * DQ_TILE * sizeof(float) /* dQ staging */;
 };
 
-template <bool DQ>
+template <bool DQ, bool SUM>
 __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                          const __nv_bfloat16 *dout,
                                                                          const __nv_bfloat16 *qkv, const float *lse,
-                                                                         const float *D_, float *dq_acc) {
+                                                                         const float *D_, float *dq_acc, float *parts) {
     using C = wbp_cfg;
     constexpr int NWG = C::NWG, NT = C::NT, NSTAGE = C::NSTAGE;
     constexpr int DQN = 64 / NWG, DQR = DQN / 2; /* dQ columns and accumulator registers a warpgroup */
@@ -392,28 +397,79 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
             *reinterpret_cast<uint32_t *>(vd + 8 * jj) = attn_pack_bf16(dv[4 * jj + 2 * hf], dv[4 * jj + 2 * hf + 1]);
         }
     }
+
+    /* SUM: dK's and dV's column sums over the block's 128 keys (F32, before rounding) into
+     * parts' row kt B + b (attn_colsum_parts): each thread's two rows, the 8 lanes of a
+     * column (lane / 4) by butterfly, then the 8 warps in order through shared memory (the
+     * dS^T buffers, read by no wgmma any more once every warpgroup is past its wait<0>) */
+    if constexpr (SUM) {
+        float sk[16], sv[16];
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float a = 0.0f, v = 0.0f;
+#pragma unroll
+                for (int hf = 0; hf < 2; hf++)
+                    if (jw0 + krow + 8 * hf < g.S) a += dk[4 * jj + 2 * hf + e], v += dv[4 * jj + 2 * hf + e];
+                sk[2 * jj + e] = a, sv[2 * jj + e] = v;
+            }
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1)
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                sk[k] += __shfl_xor_sync(0xffffffffu, sk[k], o);
+                sv[k] += __shfl_xor_sync(0xffffffffu, sv[k], o);
+            }
+        float *red = reinterpret_cast<float *>(dSs); /* [8 warps][128]: dK's 64 columns, then dV's */
+        __syncthreads();
+        if (lane < 4) {
+            float *row = red + (4 * wg + warp) * 128;
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    row[8 * jj + cq + e] = sk[2 * jj + e];
+                    row[64 + 8 * jj + cq + e] = sv[2 * jj + e];
+                }
+        }
+        __syncthreads();
+        if (tid < 128) {
+            float t = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 8; w++) t += red[w * 128 + tid];
+            const int64_t col = (tid < 64 ? attn_k_off(g, 0, 0, grp) : attn_v_off(g, 0, 0, grp)) + (tid & 63);
+            parts[((int64_t)kt * g.B + b) * g.ts + col] = t;
+        }
+    }
 }
 
-template <bool DQ>
+template <bool DQ, bool SUM>
 static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                       const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc) {
+                       const __nv_bfloat16 *qkv, const float *lse, const float *Drow, float *dq_acc, float *parts) {
     using C = wbp_cfg;
+    static_assert(C::BN == ATTN_COLSUM_ROWS, "the column-sum tiles are this kernel's key blocks");
+    static_assert(2 * C::NWG * C::TILE >= 8 * 128 * sizeof(float), "the column-sum exchange fits the dS^T buffers");
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_wg_bwd_pipe_kernel<DQ>;
+    auto kernel = attn_wg_bwd_pipe_kernel<DQ, SUM>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, parts);
     ATTN_CHECK_LAUNCH("attn_wg_bwd_pipe_kernel");
 }
 
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc) {
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts) {
     MC_ASSERT(g.d == 64, "cuda attention: the wgmma backward is for head_dim 64, not %d", g.d);
-    if (dq_acc) {
-        wbp_launch<true>(st, g, dqkv, dout, qkv, lse, D, dq_acc);
-        attn_launch_dq_store(st, g, dqkv, dq_acc);
+    MC_ASSERT(!parts || dq_acc, "cuda attention: column sums need the dQ accumulator");
+    if (dq_acc && parts) {
+        wbp_launch<true, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc, parts);
+        attn_launch_dq_store(st, g, dqkv, dq_acc, parts);
+    } else if (dq_acc) {
+        wbp_launch<true, false>(st, g, dqkv, dout, qkv, lse, D, dq_acc, nullptr);
+        attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr);
     } else { /* deterministic: dK, dV here, dQ by its own pass */
-        wbp_launch<false>(st, g, dqkv, dout, qkv, lse, D, nullptr);
+        wbp_launch<false, false>(st, g, dqkv, dout, qkv, lse, D, nullptr, nullptr);
         attn_wg_dq(st, g, dqkv, dout, qkv, lse, D);
     }
 }

@@ -19,14 +19,21 @@ extern "C" {
 void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                            const mc_attn_desc *d);
 
-/* Scratch bytes attention_bwd needs for this shape and dtype (e.g. D = rowsum(dO * O)). */
-size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype);
+/* Scratch bytes attention_bwd needs for this shape and dtype (D = rowsum(dO * O), dQ's F32
+ * accumulator; with `colsums` room for the partial column sums below). */
+size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums);
 
 /* dqkv fully overwritten. Bitwise reproducible when d->deterministic; otherwise dQ may be
- * summed with floating-point atomics (run-to-run differences at rounding level). */
-void mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
-                           const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse,
-                           const mc_attn_desc *d);
+ * summed with floating-point atomics (run-to-run differences at rounding level). With
+ * `colsums` (and the workspace sized for them), the kernels that can also sum dqkv's
+ * columns as they write it (the wgmma backward with its dQ accumulator) do: *parts then
+ * points into the workspace at F32 partial sums [rows, qkv width] whose column sums, in
+ * row order, are dqkv's (of the F32 values before rounding), and the return is rows, a
+ * deterministic function of the shape; 0 when they did not, leaving the sums to the
+ * caller. */
+int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
+                              const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
+                              const mc_tensor *lse, const mc_attn_desc *d, bool colsums, const float **parts);
 
 #ifdef __cplusplus
 }

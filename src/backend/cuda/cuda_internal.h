@@ -245,6 +245,9 @@ bool mc_cuda_matmul_add(mc_cuda_state *st, const char *op, int64_t m, int64_t n,
 /* db[cols] (F32) += column sums of dy[rows, cols] (dtype dt); deterministic. */
 void mc_cuda_colsum_add(mc_cuda_state *st, const char *op, float *db, const void *dy, mc_dtype dt, int64_t rows,
                         int64_t cols);
+/* db[cols] (F32) += column sums of part[nparts, cols] (F32 partial sums), in row order. */
+void mc_cuda_colsum_parts_add(mc_cuda_state *st, const char *op, float *db, const float *part, int64_t nparts,
+                              int64_t cols);
 /* linear_gelu.cu */
 void mc_cuda_linear_gelu_fwd(mc_backend *, mc_tensor *y, mc_tensor *pre, const mc_tensor *x, const mc_tensor *w,
                              const mc_tensor *b);

@@ -567,7 +567,14 @@ void mc_cuda_colsum_add(mc_cuda_state *st, const char *op, float *db, const void
                            colsum_partial_kernel<T><<<grid, block, 0, st->stream>>>(part, (const T *)dy, rows, cols,
                                                                                     rpc));
     MC_CUDA_LAUNCHED(st, op);
-    colsum_finish_kernel<<<(unsigned)colblocks, dim3(32, 32), 0, st->stream>>>(db, part, nchunks, cols);
+    mc_cuda_colsum_parts_add(st, op, db, part, nchunks, cols);
+}
+
+void mc_cuda_colsum_parts_add(mc_cuda_state *st, const char *op, float *db, const float *part, int64_t nparts,
+                              int64_t cols) {
+    if (nparts <= 0 || cols <= 0) return;
+    MC_ASSERT((cols + 31) / 32 <= 0x7fffffff, "cuda %s: %lld columns", op, (long long)cols);
+    colsum_finish_kernel<<<(unsigned)((cols + 31) / 32), dim3(32, 32), 0, st->stream>>>(db, part, nparts, cols);
     MC_CUDA_LAUNCHED(st, op);
 }
 
