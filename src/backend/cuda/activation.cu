@@ -103,46 +103,29 @@ void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const 
 
 /* ---- SwiGLU: group = 8 consecutive columns j of one row t ---- */
 
-/* SwiGLU's sigmoid: ex2.approx and a correctly rounded reciprocal (within a few ulp of
- * 1 / (1 + expf(-z))). With expf and an IEEE division (~30 instructions an element) the
- * forward was bound by issue slots, not memory (120 us for the 1.5B shape's [8192, 16384]
- * against ~94 us to move its bytes). */
-template <bool FAST>
-__device__ __forceinline__ float swiglu_sigmoid(float z) { return FAST ? __frcp_rn(1.0f + __expf(-z)) : sigmoidf_(z); }
-
 /* silu(a) u: the forward and the backward's rewrite of y share it, so both round alike. */
-template <bool FAST>
-__device__ __forceinline__ float swiglu_out(float a, float u) { return a * swiglu_sigmoid<FAST>(a) * u; }
+__device__ __forceinline__ float swiglu_out(float a, float u) { return a * sigmoidf_(a) * u; }
 
-/* Group i's row and first column: I is uint32_t when every index fits (a 64-bit division
- * is ~70 instructions), else int64_t. */
-template <typename I>
-__device__ __forceinline__ void swiglu_at(I i, I gpr, int64_t *t, int64_t *j0) {
-    *t = (int64_t)(i / gpr), *j0 = (int64_t)(i % gpr) * 8;
-}
-
-template <typename T, bool VEC, typename I, bool FAST>
+template <typename T, bool VEC>
 __global__ void swiglu_fwd_kernel(T *y, const T *x, int64_t rows, int64_t f) {
-    const I gpr = (I)((f + 7) / 8), total = (I)rows * gpr;
-    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        int64_t t, j0;
-        swiglu_at<I>(i, gpr, &t, &j0);
+    const int64_t gpr = (f + 7) / 8, total = rows * gpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / gpr, j0 = (i % gpr) * 8;
         const T *gate = x + t * 2 * f, *up = gate + f;
         float a[8], u[8];
         mc_load_group<T, VEC>(gate, j0, f, a);
         mc_load_group<T, VEC>(up, j0, f, u);
 #pragma unroll
-        for (int k = 0; k < 8; k++) a[k] = swiglu_out<FAST>(a[k], u[k]);
+        for (int k = 0; k < 8; k++) a[k] = swiglu_out(a[k], u[k]);
         mc_store_group<T, VEC>(y + t * f, j0, f, a);
     }
 }
 
-template <typename T, bool VEC, typename I, bool FAST>
+template <typename T, bool VEC>
 __global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, int64_t rows, int64_t f) {
-    const I gpr = (I)((f + 7) / 8), total = (I)rows * gpr;
-    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        int64_t t, j0;
-        swiglu_at<I>(i, gpr, &t, &j0);
+    const int64_t gpr = (f + 7) / 8, total = rows * gpr;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / gpr, j0 = (i % gpr) * 8;
         const T *gate = x + t * 2 * f, *up = gate + f;
         float a[8], u[8], d[8], dg[8], du[8];
         mc_load_group<T, VEC>(gate, j0, f, a);
@@ -150,7 +133,7 @@ __global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, int64_t 
         mc_load_group<T, VEC>(dy + t * f, j0, f, d);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            float s = swiglu_sigmoid<FAST>(a[k]);
+            float s = sigmoidf_(a[k]);
             dg[k] = d[k] * u[k] * s * (1.0f + a[k] * (1.0f - s));
             du[k] = d[k] * a[k] * s;
         }
@@ -159,34 +142,18 @@ __global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, int64_t 
         mc_store_group<T, VEC>(dup, j0, f, du);
         if (y) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) dg[k] = swiglu_out<FAST>(a[k], u[k]);
+            for (int k = 0; k < 8; k++) dg[k] = swiglu_out(a[k], u[k]);
             mc_store_group<T, VEC>(y + t * f, j0, f, dg);
         }
     }
-}
-
-/* The kernels' instance: 16-byte groups or not, 32- or 64-bit indices (the largest index a
- * thread forms, total + one grid stride, below 2^32), and the A/B switch's sigmoid. */
-#define SWIGLU_LAUNCH(kernel, vec, small, grid, ...)                                                        \
-    do {                                                                                                   \
-        const bool fast_ = getenv("MC_AB_SWIGLU_OLD") == NULL; /* A/B switch, removed after measuring */ \
-        if (vec && small && fast_) kernel<T, true, uint32_t, true><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);   \
-        else if (vec && small) kernel<T, true, uint32_t, false><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);     \
-        else if (vec && fast_) kernel<T, true, int64_t, true><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);       \
-        else if (vec) kernel<T, true, int64_t, false><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);               \
-        else if (fast_) kernel<T, false, int64_t, true><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);             \
-        else kernel<T, false, int64_t, false><<<grid, 256, 0, st->stream>>>(__VA_ARGS__);                       \
-    } while (0)
-
-static bool swiglu_small(int64_t rows, int64_t f, unsigned grid) {
-    return rows * ((f + 7) / 8) + (int64_t)grid * 256 < ((int64_t)1 << 32);
 }
 
 template <typename T>
 static void launch_swiglu_fwd(mc_cuda_state *st, T *y, const T *x, int64_t rows, int64_t f) {
     bool vec = f % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x);
     unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
-    SWIGLU_LAUNCH(swiglu_fwd_kernel, vec, swiglu_small(rows, f, grid), grid, y, x, rows, f);
+    if (vec) swiglu_fwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
+    else swiglu_fwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(y, x, rows, f);
     MC_CUDA_LAUNCHED(st, "swiglu_fwd");
 }
 
@@ -195,7 +162,8 @@ static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const
     bool vec = f % 8 == 0 && mc_cuda_aligned16(dx) && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) &&
                (!y || mc_cuda_aligned16(y));
     unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
-    SWIGLU_LAUNCH(swiglu_bwd_kernel, vec, swiglu_small(rows, f, grid), grid, dx, y, dy, x, rows, f);
+    if (vec) swiglu_bwd_kernel<T, true><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
+    else swiglu_bwd_kernel<T, false><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, rows, f);
     MC_CUDA_LAUNCHED(st, "swiglu_bwd");
 }
 
