@@ -3,7 +3,8 @@
 # scripts/gpu/carry_branches.sh: the current tree's GPU tests and golden parity on CUDA,
 # interleaved A/Bs of each packed branch against the current tree (run_branches.sh, its
 # tests skipped) and of the current tree against itself with each VARIANTS environment
-# setting (a kernel kept behind a switch for its A/B), the kernel benchmarks of
+# setting (a kernel kept behind a switch for its A/B; VAR=VALUE@shape,... limits one to those
+# shapes), the kernel benchmarks of
 # test_backend_equivalence (MC_TEST_BENCH) and our attention kernels timed, with NCU=1 an
 # Nsight Compute profile of the attention backward, then the CUPTI trace of both bench
 # shapes. Logs under $OUT.
@@ -20,10 +21,12 @@ T0=$(date +%s)
 BRANCH_TESTS=none MAIN_TESTS="${MAIN_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches}" \
     MAIN_GOLDEN=1 OUT="$OUT" bash scripts/gpu/run_branches.sh 2>&1 | tee "$OUT/branches.txt"
 source scripts/gpu/carried_env.sh
-for v in ${VARIANTS:-}; do
+for spec in ${VARIANTS:-}; do
+    v=${spec%%@*} shapes=${SHAPES:-llama gpt2}
+    [ "$spec" != "$v" ] && shapes=${spec#*@} && shapes=${shapes//,/ } # VAR=VALUE@shape,shape: only those
     printf '#!/bin/sh\nexec env %s %s "$@"\n' "$v" "$B/megatron-c" > "$B/megatron-c-$v"
     chmod +x "$B/megatron-c-$v"
-    for shape in ${SHAPES:-llama gpt2}; do
+    for shape in $shapes; do
         OUT="$OUT/variant_$v" MC_BENCH_ITERS=${MC_BENCH_ITERS:-10} bash bench/gpu_ab.sh "$B/megatron-c" \
             "$B/megatron-c-$v" "${ROUNDS:-2}" "$shape" 2>&1 | grep "AB median" | sed "s/^/$v $shape: /"
     done
