@@ -58,6 +58,37 @@ static mc_tensor alloc1(mc_arena *a, mc_dtype dt, int64_t n) {
     return mc_tensor_1d(mc_arena_alloc(a, (size_t)n * mc_dtype_size(dt)), dt, n);
 }
 
+/* The largest run of the gradient buffer the first backward's head may borrow: all of it
+ * but the output layer's gradient, before it or after it (from a 64-element boundary). */
+static void borrow_range(const mc_model *m, int64_t *lo, int64_t *hi) {
+    const mc_param *o = &m->params[m->out_w];
+    int64_t after = (o->offset + o->numel + 63) / 64 * 64;
+    if (after > m->numel) after = m->numel;
+    if (o->offset >= m->numel - after) *lo = 0, *hi = o->offset;
+    else *lo = after, *hi = m->numel;
+}
+
+/* Logits rows that range holds. */
+static int64_t borrow_rows(const mc_model *m) {
+    int64_t lo, hi;
+    borrow_range(m, &lo, &hi);
+    return (int64_t)((size_t)(hi - lo) * mc_dtype_size(m->grad_dtype) /
+                     ((size_t)m->vocab_local * mc_dtype_size(m->act_dtype)));
+}
+
+void mc_model_set_first_head_chunk(mc_model *m, int64_t rows) {
+    m->head_chunk_first = 0;
+    m->logits_first = mc_tensor_none();
+    if (rows <= 0) return;
+    MC_ASSERT(rows <= borrow_rows(m) && rows <= m->rowmax.shape[0],
+              "first head chunk of %lld rows: the gradient buffer holds %lld, the row statistics %lld", (long long)rows,
+              (long long)borrow_rows(m), (long long)m->rowmax.shape[0]);
+    borrow_range(m, &m->borrow_lo, &m->borrow_hi);
+    m->head_chunk_first = rows;
+    m->logits_first = mc_tensor_2d((char *)m->grad_buf + (size_t)m->borrow_lo * mc_dtype_size(m->grad_dtype),
+                                   m->act_dtype, rows, m->vocab_local);
+}
+
 /* Rows of a head chunk of at most `fit` rows for N tokens: from 256 up a power of two (see
  * plan_activations), at least 1, at most N. */
 static int64_t head_rows(int64_t fit, int64_t N) {
@@ -121,24 +152,15 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     int64_t chunk = head_rows(limit / m->vocab_local, N);
     m->head_chunk = chunk;
     /* The first backward after mc_model_zero_grads may run its head in longer chunks held in
-     * an untied embedding's gradient, which nothing reads or writes between that reset and
-     * the pass's embedding backward (mc_model_zero_grads then leaves it to the pass to
-     * zero, after the head): 2h rows for bf16 logits in an fp32 gradient, 4096 on the 1.5B
-     * bench shape, whose single micro-batch a step then runs two chunks instead of four
-     * with no memory added. Not on the CPU, whose chunk is sized for its caches. */
-    m->head_chunk_first = 0;
-    m->logits_first = mc_tensor_none();
-    if (gpu && !ab_old_head && m->emb_w >= 0 && m->out_w != m->emb_w) {
-        const mc_param *e = &m->params[m->emb_w];
-        size_t room = (size_t)e->numel * mc_dtype_size(m->grad_dtype);
-        int64_t rows = head_rows((int64_t)(room / ((size_t)m->vocab_local * esz)), N);
-        if (rows > chunk) {
-            m->head_chunk_first = rows;
-            m->logits_first = mc_tensor_2d((char *)m->grad_buf + (size_t)e->offset * mc_dtype_size(m->grad_dtype),
-                                           at, rows, m->vocab_local);
-        }
+     * the gradient buffer, which holds nothing that pass reads before writing it but the
+     * output layer's gradient (mc_model_set_first_head_chunk): the 1.5B bench shape's single
+     * micro-batch a step then runs one chunk instead of four, with no memory added. */
+    int64_t first = 0;
+    if (gpu && !ab_old_head) {
+        first = head_rows(borrow_rows(m), N);
+        if (first <= chunk) first = 0;
     }
-    int64_t rows_max = m->head_chunk_first > chunk ? m->head_chunk_first : chunk;
+    int64_t rows_max = first > chunk ? first : chunk;
     /* The logits chunk and the layers' scratch (their gradients, the norm output and the
      * rewritten activation) are never live at once: the head runs after the last layer's
      * forward and before the first layer's backward. They share bytes (0.4 GB on the 1.5B
@@ -156,6 +178,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->gmax = alloc1(a, st, rows_max);
     m->stats = alloc2(a, st, 2, rows_max);
     m->tok_loss = alloc1(a, st, N); /* every token's loss, copied to the host once per pass */
+    mc_model_set_first_head_chunk(m, first);
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
@@ -219,25 +242,36 @@ static int by_offset(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Zeroes everything but the grad_overwritten ranges (so padding stays zero too) and the
- * embedding's gradient when the next backward's head borrows it (it zeroes it then), one
- * backend call per gap between them. */
-void mc_model_zero_grads(mc_model *m) {
+/* Zeroes the gradients of [lo, hi) outside the grad_overwritten ranges (so padding stays
+ * zero too), one backend call per gap between them. */
+static void zero_gaps(mc_model *m, int64_t lo, int64_t hi) {
     const mc_param **over = mc_xmalloc(sizeof(mc_param *) * (size_t)(m->nparams + 1));
     int n = 0;
     for (int i = 0; i < m->nparams; i++)
-        if (m->params[i].grad_overwritten || (i == m->emb_w && m->head_chunk_first > 0)) over[n++] = &m->params[i];
+        if (m->params[i].grad_overwritten) over[n++] = &m->params[i];
     qsort(over, (size_t)n, sizeof *over, by_offset);
     size_t esz = mc_dtype_size(m->grad_dtype);
-    int64_t at = 0;
-    for (int i = 0; i <= n; i++) {
-        int64_t end = i < n ? over[i]->offset : m->numel;
+    int64_t at = lo;
+    for (int i = 0; i <= n && at < hi; i++) {
+        int64_t end = i < n ? over[i]->offset : hi;
+        if (end > hi) end = hi;
         if (end > at) m->be->zero(m->be, (char *)m->grad_buf + (size_t)at * esz, (size_t)(end - at) * esz);
         if (i < n && over[i]->offset + over[i]->numel > at) at = over[i]->offset + over[i]->numel;
     }
     free(over);
+}
+
+void mc_model_zero_grads(mc_model *m) {
+    if (m->head_chunk_first > 0) { /* the borrowed range: zeroed by the next backward, after its head */
+        zero_gaps(m, 0, m->borrow_lo);
+        zero_gaps(m, m->borrow_hi, m->numel);
+    } else {
+        zero_gaps(m, 0, m->numel);
+    }
     m->grads_reset = true;
 }
+
+void mc_model_zero_borrowed(mc_model *m) { zero_gaps(m, m->borrow_lo, m->borrow_hi); }
 
 void mc_model_free(mc_model *m) {
     if (!m->be) return;

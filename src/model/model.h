@@ -176,9 +176,11 @@ typedef struct mc_model {
     mc_tensor logits, rowmax, gmax, stats, tok_loss; /* gmax: the TP group's row maxima */
     int64_t head_chunk;
     /* The first backward after mc_model_zero_grads: its head chunk (0: head_chunk) and the
-     * logits [head_chunk_first, vocab_local] it uses, the bytes of an untied embedding's
-     * gradient, which that pass zeroes after its head (mc_model_zero_grads leaves it). */
-    int64_t head_chunk_first;
+     * logits [head_chunk_first, vocab_local] it uses, held in the gradient buffer's
+     * elements [borrow_lo, borrow_hi): all of it but the output layer's gradient, which
+     * the head writes, is written or zeroed only after the head in that pass
+     * (mc_model_zero_grads leaves the range's zeroing to the pass, after its head). */
+    int64_t head_chunk_first, borrow_lo, borrow_hi;
     mc_tensor logits_first;
     size_t act_bytes;
     /* host staging: a pass's per-token losses and loss mask as stored (F32 or F64), one
@@ -211,9 +213,17 @@ void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row,
 void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_rank, int64_t row, int64_t col,
                                  int64_t *grow, int64_t *gcol);
 
+/* The first backward's head chunk (see mc_model.head_chunk_first): `rows` (0: none), at
+ * most what the borrowed range and the head's row statistics hold. The plan sets it on a
+ * GPU, where it is longer than head_chunk (a GPU's chunk is bounded by memory; the CPU's
+ * is sized for its caches); tests set it to exercise the path anywhere. */
+void mc_model_set_first_head_chunk(mc_model *m, int64_t rows);
+
 /* Resets the gradients for the next optimizer step: zeroes those that backward
  * accumulates into and marks the rest (mc_param.grad_overwritten) for the next backward
- * to overwrite, which saves a pass over most of the gradient buffer. */
+ * to overwrite, which saves a pass over most of the gradient buffer. Within the range the
+ * next backward's head borrows (head_chunk_first > 0) that backward zeroes them instead,
+ * after its head. */
 void mc_model_zero_grads(mc_model *m);
 
 /* Forward (and, when `backward`, backward) of one micro-batch. Returns on the host the sum

@@ -455,8 +455,9 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
     mc_model *m = p->m;
     mc_backend *be = p->be;
     mc_tensor w = mc_model_param(m, m->out_w), gw = mc_model_grad(m, m->out_w), none = mc_tensor_none();
-    /* The first backward after a reset: the longer chunks in the embedding's gradient,
-     * zeroed again once the head is done (mc_model_zero_grads left it). */
+    /* The first backward after a reset: the longer chunks in the gradient buffer, whose
+     * range is zeroed (but where this pass overwrites it) once the head is done
+     * (mc_model_zero_grads left it). */
     bool borrow = backward && !p->acc && m->head_chunk_first > 0;
     int64_t chunk = borrow ? m->head_chunk_first : m->head_chunk;
     const mc_tensor *lbuf = borrow ? &m->logits_first : &m->logits;
@@ -484,10 +485,7 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
             be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));
         }
     }
-    if (borrow) {
-        mc_tensor ge = mc_model_grad(m, m->emb_w);
-        be->zero(be, ge.data, mc_tensor_bytes(&ge));
-    }
+    if (borrow) mc_model_zero_borrowed(m);
     mc_tensor loss = rows_of(&m->tok_loss, p->N), mask = rows_of(&p->mb->loss_mask, p->N);
     if (host_loss) {
         be->copy_d2h_async(be, host_loss, loss.data, mc_tensor_bytes(&loss));

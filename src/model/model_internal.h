@@ -10,6 +10,10 @@
  * offsets, buckets and numel for `layout` (NULL: one bucket, no padding multiple). */
 void mc_model_build_table(mc_model *m, const mc_model_layout *layout);
 
+/* Zeroes the gradient range the first backward's head borrowed (mc_model.borrow_lo..hi) but
+ * its grad_overwritten parameters, after that head. */
+void mc_model_zero_borrowed(mc_model *m);
+
 /* Statistics dtype for activations of dtype `act`: F64 with F64 activations, else F32. */
 static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
 
