@@ -349,7 +349,7 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
         float ms[20];
         for (int rep = -3; rep < 20; rep++) {
             CU(cudaEventRecord(e0, 0));
-            if (mode != 1 && mode != 3) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
+            if (mode == 0 || mode == 2 || mode == 4) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
             if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts);
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
