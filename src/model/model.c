@@ -147,8 +147,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
                                           (m->recompute_act ? m->ffn_local : 0)) * esz;
     bool gpu = m->be->device == MC_DEVICE_CUDA;
     int64_t limit = gpu ? (int64_t)1 << 28 : (int64_t)1 << 24;
-    const bool ab_old_head = getenv("MC_AB_OLD_HEAD") != NULL; /* A/B switch, removed after measuring */
-    if (gpu && !ab_old_head && (int64_t)(scratch / esz) > limit) limit = (int64_t)(scratch / esz);
+    if (gpu && (int64_t)(scratch / esz) > limit) limit = (int64_t)(scratch / esz);
     int64_t chunk = head_rows(limit / m->vocab_local, N);
     m->head_chunk = chunk;
     /* The first backward after mc_model_zero_grads may run its head in longer chunks held in
@@ -156,7 +155,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
      * output layer's gradient (mc_model_set_first_head_chunk): the 1.5B bench shape's single
      * micro-batch a step then runs one chunk instead of four, with no memory added. */
     int64_t first = 0;
-    if (gpu && !ab_old_head) {
+    if (gpu) {
         first = head_rows(borrow_rows(m), N);
         if (first <= chunk) first = 0;
     }

@@ -2,8 +2,6 @@
 #ifndef MC_MODEL_INTERNAL_H
 #define MC_MODEL_INTERNAL_H
 
-#include <stdlib.h>
-
 #include "model/model.h"
 
 /* Fills m->params/nparams and the layer indices from m->cfg and the shard sizes, then the
@@ -30,8 +28,7 @@ static inline bool mc_model_bias_by_norm(const mc_model *m) {
  * writes it (its dbias) instead of by QKV's weight-gradient GEMM: where nothing acts on
  * dqkv in between, i.e. without RoPE (whose backward rotates dq and dk after it). */
 static inline bool mc_model_qkv_bias_by_attention(const mc_model *m) {
-    return m->cfg.add_bias_linear && m->cfg.position_embedding_type != MC_POS_ROPE &&
-           !getenv("MC_AB_QKV_GEMM"); /* A/B switch, removed after measuring */
+    return m->cfg.add_bias_linear && m->cfg.position_embedding_type != MC_POS_ROPE;
 }
 
 #endif

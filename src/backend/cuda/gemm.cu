@@ -720,8 +720,7 @@ void mc_cuda_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor 
         mc_cuda_check_numel(op, "db", db, out);
     }
     if (has_dw && n > 0 && in > 0 && out > 0) { /* dw[out, in] (+)= dy^T x, into F32 (main_grad) */
-        if (has_db && !getenv("MC_AB_COLSUM_BIAS")) /* A/B switch, removed after measuring */
-            db_done = wgrad_bgrad(be, op, dw, db, dy, x, n, in, out, accumulate);
+        if (has_db) db_done = wgrad_bgrad(be, op, dw, db, dy, x, n, in, out, accumulate);
         if (!db_done)
             mc_cuda_matmul(st, op, out, in, n, dy->data, true, x->data, false, dy->dtype, dw->data, MC_F32, 1.0f,
                            accumulate ? 1.0f : 0.0f, NULL);
