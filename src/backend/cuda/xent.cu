@@ -351,7 +351,10 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  * The split (xent_stream_plan): the smallest C in 1, 2, 4, 8 whose slice is at most 32 KiB,
  * so that a block's two stages take at most 64 KiB and three or more blocks share a
  * multiprocessor (228 KiB); longer rows take 8 blocks with up to half the opt-in limit a
- * stage (BF16 up to ~460K logits); the rest run the kernel above. On the H200 (132
+ * stage (BF16 up to ~460K logits); the rest run the kernel above. (Training steps with a
+ * 16 KiB target (GPT-2: C = 8) ran 0.993x, with 64 KiB (GPT-2 C = 2, Llama 3 C = 4) 1.008x
+ * and 1.006x, 2 interleaved rounds each on the H200, 2026-12-02: within the noise, so 32
+ * KiB stays.) On the H200 (132
  * multiprocessors, ~1.98 GHz):
  *   GPT-2 [4096, 50304] BF16: C = 4, slices of 12576 (24.6 KiB, 8 chunks of 3.1 KiB), 49 KiB
  *     a block, 4 blocks (32 warps) a multiprocessor, 132 clusters resident, 128 launched, 32
@@ -744,9 +747,7 @@ static void xent_fused_run(mc_cuda_state *st, const char *op, int c, int64_t n, 
 /* The split for the streaming kernel (see its notes): two stages of the slice a block. */
 static int xent_stream_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
     const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? (st->smem_optin - XENT_FUSED_SMEM_RESERVE) / 2 : 0;
-    const char *kb = getenv("MC_AB_XENT_STAGE_KB"); /* A/B switch, removed after measuring */
-    const size_t target = kb ? (size_t)atoi(kb) << 10 : XENT_STREAM_STAGE_TARGET;
-    return xent_split(v, esz, target, cap, XENT_STREAM_MAX_CLUSTER, slice);
+    return xent_split(v, esz, XENT_STREAM_STAGE_TARGET, cap, XENT_STREAM_MAX_CLUSTER, slice);
 }
 
 /* Launches the streaming kernel over n rows, or returns false (nothing queued) when not one
