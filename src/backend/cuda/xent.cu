@@ -747,7 +747,9 @@ static void xent_fused_run(mc_cuda_state *st, const char *op, int c, int64_t n, 
 /* The split for the streaming kernel (see its notes): two stages of the slice a block. */
 static int xent_stream_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
     const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? (st->smem_optin - XENT_FUSED_SMEM_RESERVE) / 2 : 0;
-    return xent_split(v, esz, XENT_STREAM_STAGE_TARGET, cap, XENT_STREAM_MAX_CLUSTER, slice);
+    const char *kb = getenv("MC_AB_XENT_STAGE_KB"); /* A/B switch, removed after measuring */
+    const size_t target = kb ? (size_t)atoi(kb) << 10 : XENT_STREAM_STAGE_TARGET;
+    return xent_split(v, esz, target, cap, XENT_STREAM_MAX_CLUSTER, slice);
 }
 
 /* Launches the streaming kernel over n rows, or returns false (nothing queued) when not one
