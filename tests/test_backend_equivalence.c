@@ -1105,11 +1105,12 @@ static void test_xent(void) {
     }
 }
 
-/* Cluster sizes of the streaming kernel (16-bit / F32): V 4096: 1 / 1; 24576: 2 / 4; 50304:
- * 4 / 8; 128256: 8 / 8 with 64 KiB stages; 300000: 8 with 73 KiB stages / too long (the two
- * passes). The larger N give every cluster four rows or more, so both stages and both
- * parities of their mbarriers turn over; V 8, 40 and 200 leave warps without a chunk; odd V and the
- * unaligned dlogits take the one-cluster-a-row kernel. */
+/* Cluster sizes of the streaming kernel on the H200 (16-bit / F32; a whole row a block while
+ * two stages of it fit in ~113 KiB each): V 4096: 1 / 1; 24576: 1 / 1; 30720: 1 / 4; 50304:
+ * 1 / 8; 61440: 4 / 8; 128256: 8 / 8 with 64 KiB stages; 300000: 8 with 73 KiB stages / too
+ * long (the two passes). The larger N give every cluster four rows or more, so both stages
+ * and both parities of their mbarriers turn over; V 8, 40 and 200 leave warps without a
+ * chunk; odd V and the unaligned dlogits take the one-cluster-a-row kernel. */
 static void test_xent_fused(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
@@ -1129,6 +1130,8 @@ static void test_xent_fused(void) {
         xent_fused_case(1103, 24576, dt, true);
         xent_fused_case(601, 50304, dt, false);
         xent_fused_case(211, 128256, dt, false);
+        xent_fused_case(400, 61440, dt, false);
+        xent_fused_case(400, 30720, dt, true);
         xent_fused_unaligned_case(37, 4096, dt);
         xent_fused_unaligned_case(13, 50304, dt);
     }

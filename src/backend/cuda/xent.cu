@@ -348,19 +348,20 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  * multiprocessor; the one window without either, a warp's statistics after its store has
  * drained, is covered by the other blocks.
  *
- * The split (xent_stream_plan): the smallest C in 1, 2, 4, 8 whose slice is at most 32 KiB,
- * so that a block's two stages take at most 64 KiB and three or more blocks share a
- * multiprocessor (228 KiB); longer rows take 8 blocks with up to half the opt-in limit a
- * stage (BF16 up to ~460K logits); the rest run the kernel above. (Training steps with a
- * 16 KiB target (GPT-2: C = 8) ran 0.993x, with 64 KiB (GPT-2 C = 2, Llama 3 C = 4) 1.008x
- * and 1.006x, 2 interleaved rounds each on the H200, 2026-12-02: within the noise, so 32
- * KiB stays.) On the H200 (132
+ * The split (xent_stream_plan): C = 1, a whole row a block, when two stages of it fit the
+ * opt-in shared memory (BF16 rows up to ~57K logits on the H200): no cluster barrier a row,
+ * and a block a multiprocessor already keeps its loads and stores in flight (GPT-2's 50304
+ * logits: the training step 1.017x against C = 4, higher in 4 of 4 interleaved rounds,
+ * H200, 2026-12-02). Longer rows take the smallest C in 2, 4, 8 whose slice is at most 32
+ * KiB, so that a block's two stages take at most 64 KiB and three or more blocks share a
+ * multiprocessor (228 KiB), else 8 blocks with up to half the opt-in limit a stage (BF16 up
+ * to ~460K logits); the rest run the kernel above. (For Llama 3's rows a 64 KiB target, C =
+ * 4, timed 1.006x and 0.999x the step in two calls: 32 KiB stays.) On the H200 (132
  * multiprocessors, ~1.98 GHz):
- *   GPT-2 [4096, 50304] BF16: C = 4, slices of 12576 (24.6 KiB, 8 chunks of 3.1 KiB), 49 KiB
- *     a block, 4 blocks (32 warps) a multiprocessor, 132 clusters resident, 128 launched, 32
- *     rows each;
- *   Llama 3 [2048, 128256] BF16: C = 8, slices of 16032 (31.3 KiB, chunks of 3.9 KiB), 63
- *     KiB a block, 3 blocks a multiprocessor, ~49 clusters resident, 2048 / ceil(2048 / G)
+ *   GPT-2 [8192, 50304] BF16: C = 1, slices of 50304 (98.3 KiB, 8 chunks of 12.3 KiB), 197
+ *     KiB a block, 1 block a multiprocessor, 132 resident, 131 launched, 63 rows each;
+ *   Llama 3 [8192, 128256] BF16: C = 8, slices of 16032 (31.3 KiB, chunks of 3.9 KiB), 63
+ *     KiB a block, 3 blocks a multiprocessor, ~49 clusters resident, 8192 / ceil(8192 / G)
  *     launched.
  * Budget a multiprocessor for one BF16 logit, at 4.3 TB/s / 132 = 32.6 GB/s each: 4 bytes of
  * HBM (read and written) = 0.123 ns; two ex2 on MUFU (16 a clock) = 0.063 ns; 12.5 issue
@@ -747,9 +748,8 @@ static void xent_fused_run(mc_cuda_state *st, const char *op, int c, int64_t n, 
 /* The split for the streaming kernel (see its notes): two stages of the slice a block. */
 static int xent_stream_plan(const mc_cuda_state *st, int64_t v, size_t esz, int64_t *slice) {
     const size_t cap = st->smem_optin > XENT_FUSED_SMEM_RESERVE ? (st->smem_optin - XENT_FUSED_SMEM_RESERVE) / 2 : 0;
-    const char *kb = getenv("MC_AB_XENT_STAGE_KB"); /* A/B switch, removed after measuring */
-    const size_t target = kb ? (size_t)atoi(kb) << 10 : XENT_STREAM_STAGE_TARGET;
-    return xent_split(v, esz, target, cap, XENT_STREAM_MAX_CLUSTER, slice);
+    if (xent_split(v, esz, cap, cap, 1, slice) == 1) return 1; /* a whole row a block */
+    return xent_split(v, esz, XENT_STREAM_STAGE_TARGET, cap, XENT_STREAM_MAX_CLUSTER, slice);
 }
 
 /* Launches the streaming kernel over n rows, or returns false (nothing queued) when not one
