@@ -155,7 +155,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
      * output layer's gradient (mc_model_set_first_head_chunk): the 1.5B bench shape's single
      * micro-batch a step then runs one chunk instead of four, with no memory added. */
     int64_t first = 0;
-    if (gpu) {
+    if (gpu && m->out_w >= 0) {
         first = head_rows(borrow_rows(m), N);
         if (first <= chunk) first = 0;
     }
