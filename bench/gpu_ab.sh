@@ -14,12 +14,7 @@ OUTDIR=${OUT:-$(mktemp -d)}/gpu_ab
 mkdir -p "$OUTDIR"
 ITERS=${MC_BENCH_ITERS:-10}
 source "$(dirname "$0")/../scripts/gpu/shapes.sh" # LLAMA, LLAMA_X8, GPT2
-case $SHAPE in
-llama) FLAGS=("${LLAMA[@]}") ;;
-llama-x8) FLAGS=("${LLAMA_X8[@]}") ;;
-gpt2) FLAGS=("${GPT2[@]}") ;;
-*) echo "unknown shape $SHAPE"; exit 2 ;;
-esac
+shape_flags "$SHAPE" || exit 2
 run() { # side, binary, round, extra...
     local side=$1 bin=$2 r=$3
     shift 3

@@ -200,18 +200,23 @@ static void test_gpt2_family_selective_recompute(void) {
     gradcheck(&c, false);
 }
 
+/* base_config as a Llama: RMSNorm, RoPE, SwiGLU, no biases, untied head. */
+static void llama_config(mc_config *c) {
+    base_config(c);
+    c->model.normalization = MC_NORM_RMSNORM;
+    c->model.position_embedding_type = MC_POS_ROPE;
+    c->model.swiglu = true;
+    c->model.add_bias_linear = false;
+    c->model.untie_embeddings_and_output_weights = true;
+    c->model.ffn_hidden_size = 24;
+}
+
 static void test_llama_family_gqa_untied(void) {
     mc_config c;
-    base_config(&c);
-    c.model.normalization = MC_NORM_RMSNORM;
-    c.model.position_embedding_type = MC_POS_ROPE;
-    c.model.swiglu = true;
-    c.model.add_bias_linear = false;
-    c.model.untie_embeddings_and_output_weights = true;
+    llama_config(&c);
     c.model.num_attention_heads = 4;
     c.model.group_query_attention = true;
     c.model.num_query_groups = 2;
-    c.model.ffn_hidden_size = 24;
     gradcheck(&c, false);
 }
 
@@ -236,13 +241,7 @@ static void test_llama_family_partial_rope_doc_mask(void) {
  * overwrote after its head shows. */
 static void test_llama_head_chunks(void) {
     mc_config c;
-    base_config(&c);
-    c.model.normalization = MC_NORM_RMSNORM;
-    c.model.position_embedding_type = MC_POS_ROPE;
-    c.model.swiglu = true;
-    c.model.add_bias_linear = false;
-    c.model.untie_embeddings_and_output_weights = true;
-    c.model.ffn_hidden_size = 24;
+    llama_config(&c);
     mc_err err;
     CHECK(mc_config_validate(&c, 1, &err) == MC_OK, "%s", err.msg);
     mc_comm comm;

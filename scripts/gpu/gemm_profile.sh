@@ -12,13 +12,8 @@ ITERS=${GEMM_ITERS:-4}
 source "$(dirname "$0")/shapes.sh"
 common_flags "$ITERS"
 for shape in ${GEMM_SHAPES:-llama gpt2}; do
-    case $shape in
-    llama) flags=("${LLAMA[@]}") ;;
-    llama-x8) flags=("${LLAMA_X8[@]}") ;;
-    gpt2) flags=("${GPT2[@]}") ;;
-    *) echo "gemm_profile.sh: unknown shape '$shape' (llama, llama-x8 or gpt2)" >&2; exit 2 ;;
-    esac
-    MC_GEMM_PROFILE=1 timeout 200 "$B/megatron-c" train "${COMMON[@]}" "${flags[@]}" "$@" \
+    shape_flags "$shape" || exit 2
+    MC_GEMM_PROFILE=1 timeout 200 "$B/megatron-c" train "${COMMON[@]}" "${FLAGS[@]}" "$@" \
         --log-dir "$OUT/run_$shape" > "$OUT/run_$shape.log" 2>&1
     echo "== $shape (rc $?), $ITERS iterations"
     grep "gemm profile" "$OUT/run_$shape.log" | head -3

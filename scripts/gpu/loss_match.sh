@@ -13,12 +13,7 @@ A=$1 B=$2 SHAPE=${3:-llama} ITERS=${4:-6}
 OUTDIR=${OUT:-$(mktemp -d)}/loss_match
 mkdir -p "$OUTDIR"
 source "$(dirname "$0")/shapes.sh" # LLAMA, LLAMA_X8, GPT2
-case $SHAPE in
-llama) FLAGS=("${LLAMA[@]}") ;;
-llama-x8) FLAGS=("${LLAMA_X8[@]}") ;;
-gpt2) FLAGS=("${GPT2[@]}") ;;
-*) echo "unknown shape $SHAPE"; exit 2 ;;
-esac
+shape_flags "$SHAPE" || exit 2
 for side in A B; do
     bin=$A
     [ $side = B ] && bin=$B

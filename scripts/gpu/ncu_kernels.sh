@@ -10,11 +10,7 @@ OUT=${OUT:-/tmp/mc-out}/ncu
 mkdir -p "$OUT"
 source "$(dirname "$0")/shapes.sh"
 common_flags 2
-case ${SHAPE:-gpt2} in
-llama) FLAGS=("${LLAMA[@]}") ;;
-gpt2) FLAGS=("${GPT2[@]}") ;;
-*) echo "ncu_kernels.sh: SHAPE=$SHAPE is not llama or gpt2" >&2; exit 2 ;;
-esac
+shape_flags "${SHAPE:-gpt2}" || exit 2
 [ $# -gt 0 ] || { echo "usage: [SHAPE=gpt2|llama] [SKIP=N] bash scripts/gpu/ncu_kernels.sh REGEX..." >&2; exit 2; }
 for k in "$@"; do
     name=${k//[^A-Za-z0-9_]/_}
