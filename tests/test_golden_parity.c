@@ -2,7 +2,8 @@
  * tiny GPT2LMHeadModel and LlamaForCausalLM (GQA, untied head) with fixed weights.
  * The model is built from the fixture's own Megatron command line, loads the HF weights
  * through the HF converter, and must match:
- *   - the logits and every parameter gradient within 1e-4 relative,
+ *   - the logits and every parameter gradient within 1e-4 relative (also with the LM head
+ *     in chunks, the backward's held in the gradient buffer),
  *   - the loss of each of 5 AdamW steps under Megatron's warmup + cosine schedule with
  *     gradient clipping within 1e-5 relative.
  * Runs on the CPU backend; MC_TEST_DEVICE=cuda runs the same checks on the CUDA backend
@@ -187,13 +188,31 @@ static double ref_scalar(golden *g, const char *name) {
     return v;
 }
 
-static void check_logits_loss_grads(const char *family) {
+/* chunk > 0: the LM head in chunks of `chunk` rows, and the backward (the first after a
+ * reset) in chunks of `first` rows held in the gradient buffer (mc_model_set_first_head_chunk),
+ * whose borrowed range is poisoned first: that pass must zero or overwrite all of it. */
+static void check_logits_loss_grads(const char *family, int64_t chunk, int64_t first) {
     golden g;
     if (setup(&g, family) != MC_OK) {
         teardown(&g);
         return;
     }
     mc_model *m = &g.model;
+    if (chunk > 0) {
+        m->head_chunk = chunk;
+        mc_model_set_first_head_chunk(m, first);
+        mc_model_zero_grads(m);
+        size_t bytes = sizeof(float) * (size_t)(m->borrow_hi - m->borrow_lo);
+        float *nan = malloc(bytes);
+        for (int64_t i = 0; i < m->borrow_hi - m->borrow_lo; i++) nan[i] = NAN;
+        g.be->copy_h2d(g.be, (float *)m->grad_buf + m->borrow_lo, nan, bytes);
+        free(nan);
+        if (first > 0)
+            printf("   %s: head chunks of %lld rows, the backward's of %lld in [%lld, %lld) of the gradients\n",
+                   family, (long long)chunk, (long long)first, (long long)m->borrow_lo, (long long)m->borrow_hi);
+        else
+            printf("   %s: head chunks of %lld rows\n", family, (long long)chunk);
+    }
     int64_t V = m->vocab_local;
     /* Logits: ours are [s, b, V], the reference's [b, s, V]. */
     float *logits = malloc(sizeof(float) * (size_t)(g.N * V));
@@ -279,14 +298,18 @@ static void check_adamw_steps(const char *family) {
     teardown(&g);
 }
 
-static void test_gpt2_logits_loss_grads(void) { check_logits_loss_grads("gpt2"); }
-static void test_llama_logits_loss_grads(void) { check_logits_loss_grads("llama"); }
+static void test_gpt2_logits_loss_grads(void) { check_logits_loss_grads("gpt2", 0, 0); }
+static void test_llama_logits_loss_grads(void) { check_logits_loss_grads("llama", 0, 0); }
+static void test_llama_head_chunks_logits_loss_grads(void) { check_logits_loss_grads("llama", 5, 16); }
+static void test_gpt2_head_chunks_logits_loss_grads(void) { check_logits_loss_grads("gpt2", 7, 0); }
 static void test_gpt2_adamw_5_steps(void) { check_adamw_steps("gpt2"); }
 static void test_llama_adamw_5_steps(void) { check_adamw_steps("llama"); }
 
 int main(void) {
     RUN(test_gpt2_logits_loss_grads);
     RUN(test_llama_logits_loss_grads);
+    RUN(test_llama_head_chunks_logits_loss_grads);
+    RUN(test_gpt2_head_chunks_logits_loss_grads);
     RUN(test_gpt2_adamw_5_steps);
     RUN(test_llama_adamw_5_steps);
     return check_summary();
