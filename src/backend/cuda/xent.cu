@@ -344,9 +344,10 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  *      them), __syncwarp, lane 0's bulk store.
  * Bytes in flight: at every point of a row a block has a chunk load or a chunk store
  * outstanding for each warp (the row k + 1 load from step 3 to step 1 of the next row, the
- * row k store from step 5 to step 3 of the next row), and three or four blocks share each
- * multiprocessor; the one window without either, a warp's statistics after its store has
- * drained, is covered by the other blocks.
+ * row k store from step 5 to step 3 of the next row), and where rows are split (C > 1)
+ * three or four blocks share each multiprocessor, so the one window without either, a
+ * warp's statistics after its store has drained, is covered by the other blocks (with C = 1
+ * it stays open, and costs less than the cluster barrier a row it saves: see the split).
  *
  * The split (xent_stream_plan): C = 1, a whole row a block, when two stages of it fit the
  * opt-in shared memory (BF16 rows up to ~57K logits on the H200): no cluster barrier a row,
@@ -367,8 +368,8 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  * HBM (read and written) = 0.123 ns; two ex2 on MUFU (16 a clock) = 0.063 ns; 12.5 issue
  * slots (the SASS: 57 per group of 8 in the statistics, 43 in dlogits; 128 a clock) = 0.049
  * ns. So the kernel stays memory-bound while the loads and stores overlap the arithmetic,
- * which the stages and the per-warp chunks give it: the GPT-2 chunk's floor is 0.19 ms (824
- * MB), the Llama chunk's 0.245 ms (1.05 GB). (The kernel above reads shared memory three
+ * which the stages and the per-warp chunks give it: the floor of a [4096, 50304] chunk is
+ * 0.19 ms (824 MB), of a [2048, 128256] one 0.245 ms (1.05 GB). (The kernel above reads shared memory three
  * times, pays __expf's extra five instructions twice a logit, and its blocks, started
  * together a wave at a time, most likely load, compute and store in step.) Timed against it
  * on an H200 (2026-12-01, CUDA events, interleaved), BF16 in place: [4096, 50304] 282 vs
