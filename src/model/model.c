@@ -134,22 +134,34 @@ static void plan_activations(mc_model *m, mc_arena *a) {
      * backward (dtmp). */
     m->dres = alloc2(a, at, Nl, h);
     m->dtmp = alloc2(a, at, N, h);
+    /* The layers' backward scratch (their gradients, the norm output and the rewritten
+     * activation) and the LM head's logits chunk are never live at once: the head runs after
+     * the last layer's forward and before the first layer's backward. They share bytes (0.4
+     * GB of scratch on the 1.5B bench shape). */
+    size_t shared_from = a->used;
+    m->dqkv = alloc2(a, at, N, m->qkv_local);
+    m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
+    m->dact = alloc2(a, at, N, m->ffn_local);
+    m->ytmp = alloc2(a, at, N, h);
+    m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
+    size_t scratch = a->used - shared_from;
     /* LM head chunk: at most 2^24 logits at a time on the CPU (64 MB in fp32, cache-sized
      * work); on a GPU 2^28 (512 MB in bf16; PyTorch holds all N x V), or as many as fit in
-     * the layers' backward scratch that the chunk shares bytes with (below) when that is
-     * more (GPT-2 124M at batch 64: 0.9 GB, 8192 rows). Every chunk's weight-gradient GEMM
-     * reads and writes the whole fp32 main_grad of the output layer (2.1 GB for a 128256 x
-     * 2048 head), so halving the chunk cost 0.9% of the 1.5B step (measured). The token
-     * count is rounded down to a power of two from 256 up, so that the chunks tile N
-     * exactly and the GEMMs keep whole tiles (odd remainders made cuBLASLt pick split-K). */
-    size_t esz = mc_dtype_size(at);
-    size_t scratch = (size_t)N * (size_t)(m->qkv_local + (int64_t)m->heads_local * d + m->ffn_local + h +
-                                          (m->recompute_act ? m->ffn_local : 0)) * esz;
+     * that scratch when that is more (GPT-2 124M at batch 64: 0.9 GB, 8192 rows). Every
+     * chunk's weight-gradient GEMM reads and writes the whole fp32 main_grad of the output
+     * layer (2.1 GB for a 128256 x 2048 head), so halving the chunk cost 0.9% of the 1.5B
+     * step (measured). The token count is rounded down to a power of two from 256 up, so
+     * that the chunks tile N exactly and the GEMMs keep whole tiles (odd remainders made
+     * cuBLASLt pick split-K). */
     bool gpu = m->be->device == MC_DEVICE_CUDA;
     int64_t limit = gpu ? (int64_t)1 << 28 : (int64_t)1 << 24;
-    if (gpu && (int64_t)(scratch / esz) > limit) limit = (int64_t)(scratch / esz);
+    int64_t in_scratch = (int64_t)(scratch / mc_dtype_size(at));
+    if (gpu && in_scratch > limit) limit = in_scratch;
     int64_t chunk = head_rows(limit / m->vocab_local, N);
     m->head_chunk = chunk;
+    mc_arena_rewind(a, shared_from);
+    m->logits = alloc2(a, at, chunk, m->vocab_local);
+    mc_arena_skip_to_peak(a);
     /* The first backward after mc_model_zero_grads may run its head in longer chunks held in
      * the gradient buffer, which holds nothing that pass reads before writing it but the
      * output layer's gradient (mc_model_set_first_head_chunk): the 1.5B bench shape's single
@@ -160,19 +172,6 @@ static void plan_activations(mc_model *m, mc_arena *a) {
         if (first <= chunk) first = 0;
     }
     int64_t rows_max = first > chunk ? first : chunk;
-    /* The logits chunk and the layers' scratch (their gradients, the norm output and the
-     * rewritten activation) are never live at once: the head runs after the last layer's
-     * forward and before the first layer's backward. They share bytes (0.4 GB on the 1.5B
-     * bench shape). */
-    size_t shared_from = a->used;
-    m->logits = alloc2(a, at, chunk, m->vocab_local);
-    mc_arena_rewind(a, shared_from);
-    m->dqkv = alloc2(a, at, N, m->qkv_local);
-    m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
-    m->dact = alloc2(a, at, N, m->ffn_local);
-    m->ytmp = alloc2(a, at, N, h);
-    m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
-    mc_arena_skip_to_peak(a);
     m->rowmax = alloc1(a, st, rows_max);
     m->gmax = alloc1(a, st, rows_max);
     m->stats = alloc2(a, st, 2, rows_max);

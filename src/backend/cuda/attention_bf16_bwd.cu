@@ -489,6 +489,14 @@ __global__ void __launch_bounds__(NW * 32, MINB) attn_mma_dq_kernel(attn_geom g,
 
 /* ---------------------------------------------------------------- launchers */
 
+/* 8 F32 dQ values as 8 BF16 (16 bytes) */
+__device__ __forceinline__ uint4 dq_pack8(float4 lo, float4 hi) {
+    uint4 v;
+    v.x = attn_pack_bf16(lo.x, lo.y), v.y = attn_pack_bf16(lo.z, lo.w);
+    v.z = attn_pack_bf16(hi.x, hi.y), v.w = attn_pack_bf16(hi.z, hi.w);
+    return v;
+}
+
 /* dQ (F32, [B, H, S, D], summed by the fused kernel) into the q slots of dqkv, 8 dims per
  * thread. */
 template <int D>
@@ -501,10 +509,7 @@ __global__ void dq_store_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *d
         const int i = (int)(row % g.S), h = (int)((row / g.S) % g.H), b = (int)(row / ((int64_t)g.S * g.H));
         const float4 lo = *reinterpret_cast<const float4 *>(dq_acc + row * D + c * 8);
         const float4 hi = *reinterpret_cast<const float4 *>(dq_acc + row * D + c * 8 + 4);
-        uint4 v;
-        v.x = attn_pack_bf16(lo.x, lo.y), v.y = attn_pack_bf16(lo.z, lo.w);
-        v.z = attn_pack_bf16(hi.x, hi.y), v.w = attn_pack_bf16(hi.z, hi.w);
-        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = v;
+        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = dq_pack8(lo, hi);
     }
 }
 
@@ -525,10 +530,7 @@ __global__ void __launch_bounds__(256) dq_store_sum_kernel(attn_geom g, __nv_bfl
     for (int i = kt * ATTN_COLSUM_ROWS + r0; i < i1; i += 32) {
         const float *src = dq_acc + (((int64_t)b * g.H + h) * g.S + i) * D + c * 8;
         const float4 lo = *reinterpret_cast<const float4 *>(src), hi = *reinterpret_cast<const float4 *>(src + 4);
-        uint4 v;
-        v.x = attn_pack_bf16(lo.x, lo.y), v.y = attn_pack_bf16(lo.z, lo.w);
-        v.z = attn_pack_bf16(hi.x, hi.y), v.w = attn_pack_bf16(hi.z, hi.w);
-        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = v;
+        *reinterpret_cast<uint4 *>(dqkv + attn_q_off(g, i, b, h) + c * 8) = dq_pack8(lo, hi);
         sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
         sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
     }
