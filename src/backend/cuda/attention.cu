@@ -250,6 +250,8 @@ static size_t attn_parts_bytes(const mc_attn_desc *d, mc_dtype dt) {
     return attn_round256((size_t)(rows * ts) * sizeof(float));
 }
 
+extern "C" void mc_cuda_attention_bwd_timeline(unsigned long long *device_buf) { attn_wg_bwd_timeline(device_buf); }
+
 extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums) {
     MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
     return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0) +

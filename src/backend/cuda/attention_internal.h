@@ -248,6 +248,9 @@ inline int64_t attn_colsum_parts(const attn_geom &g) {
  * caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by attn_wg_dq's
  * separate pass. `parts` (with dq_acc only; else NULL): also dqkv's column-sum partials. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
+/* mc_cuda_attention_bwd_timeline's buffer for the key-side backward kernel. */
+void attn_wg_bwd_timeline(unsigned long long *buf);
+
 void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                       const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,

@@ -111,8 +111,10 @@
  *         dQ(j - 1) in step 0 of iteration j + 1.
  *   - the end: KQ(last), the add of dQ(last - 1), wait<0>, stage dQ(last) (its buffer's
  *     last add, dQ(last - 3), was read before the loop's last barrier), fence,
- *     __syncthreads, the add of dQ(last), and thread 0 waits for every bulk add to land
- *     before the block ends.
+ *     __syncthreads, the add of dQ(last); dK and dV through the K and V tiles (dead after
+ *     that barrier: every wgmma is past its wait<0>); and thread 0 waits for the bulk adds
+ *     to have read their staging buffers before the block ends (their writes land before
+ *     the grid completes, as TMA stores' do).
  *
  * Also:
  *   - lse and D come by cp.async with the tiles (4 bytes a thread), not by loads: in the
@@ -130,12 +132,20 @@
  *     pass over dqkv (nor cuBLASLt's BGRADB epilogue on QKV's weight gradient).
  * Configuration (ptxas -v, sm_90a, CUDA 13): 2 warpgroups, 128-key blocks, one block per
  * SM, 162.5 KB of shared memory (K, V; 3 stages of Q, dO, lse, D; 2 dS^T and 3 dQ
- * buffers), 220 registers with dq_acc (214 with SUM too) and 216 without, no spills, no
+ * buffers), 204 registers with dq_acc (208 with SUM too) and 186 without, no spills, no
  * wgmma serialization.
+ *
+ * Where a block's time goes (mc_cuda_attention_bwd_timeline; H200, GPT-2 shape, 9 items a
+ * block on average, clocks read at 1980 MHz): 2.24 us an item in the loop (no fixed part in
+ * it), a 2.2 us prologue (K, V and the first item landing), a 1.5 us epilogue (0.75 the last
+ * item's drain, 0.45 dK and dV out) and 0.4 us between an SM's blocks: ~20% of the GPT-2
+ * shape's backward is per block, ~2% of the Llama shape's (68 items). dK and dV went out by
+ * the fragments' 4-byte stores before (2.1-2.5 us; 1.474 -> 1.415 ms a GPT-2 backward).
  */
 #include <limits.h>
 
 #include "backend/cuda/attention_internal.h"
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/wgmma.h"
 
 struct wbp_cfg {
@@ -149,11 +159,12 @@ struct wbp_cfg {
                                    NDQ * DQ_TILE * sizeof(float) /* dQ staging */;
 };
 
-template <bool DQ, bool SUM>
+template <bool DQ, bool SUM, bool TL>
 __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                          const __nv_bfloat16 *dout,
                                                                          const __nv_bfloat16 *qkv, const float *lse,
-                                                                         const float *D_, float *dq_acc, float *parts) {
+                                                                         const float *D_, float *dq_acc, float *parts,
+                                                                         unsigned long long *tl) {
     using C = wbp_cfg;
     constexpr int NWG = C::NWG, NT = C::NT, NSTAGE = C::NSTAGE;
     constexpr int DQN = 64 / NWG, DQR = DQN / 2; /* dQ columns and accumulator registers a warpgroup */
@@ -178,8 +189,10 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     const int cq = 2 * (lane % 4);
     const int nq = attn_cdiv(g.S, 64), qt0 = j0 / 64, nqt = nq - qt0, nitems = g.hpg * nqt;
     const int64_t obs = (int64_t)g.B * g.H * 64; /* out/dout stride between positions */
-    const unsigned char *Kw = Ks + wg * C::TILE, *Vw = Vs + wg * C::TILE;
+    unsigned char *Kw = Ks + wg * C::TILE, *Vw = Vs + wg * C::TILE; /* dK, dV go out through them at the end */
 
+    unsigned long long t_entry = 0;
+    if (TL && tid == 0) t_entry = clock64();
     auto item_h = [&](int item) { return grp * g.hpg + item / nqt; };
     auto item_i0 = [&](int item) { return (qt0 + item % nqt) * 64; };
 
@@ -282,6 +295,8 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     wg_fence_proxy();
     __syncthreads();
 
+    unsigned long long t_loop = 0;
+    if (TL && tid == 0) t_loop = clock64();
     int sc = 0; /* item j's stage; item j - 1's is sc - 1 mod NSTAGE, item j + 1's sc + 1 */
     for (int j = 0; j < nitems; j++) {
         const int i0 = item_i0(j);
@@ -366,6 +381,8 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         sc = sn;
     } /* pending across the loop's back edge: V(j) only (dv accumulates, pa is rewritten after the next wait) */
 
+    unsigned long long t_loop_end = 0;
+    if (TL && tid == 0) t_loop_end = clock64();
     /* the last item's KQ; the bulk adds of the last two dQ */
     const int last = nitems - 1;
     issue_kq(dSs + (last & 1) * NWG * C::TILE, Qs + (last % NSTAGE) * C::TILE);
@@ -380,23 +397,31 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         stage_dq(dq_buf(last));
         wg_fence_proxy();
         __syncthreads();
-        if (tid == 0) {
-            add_dq(last);
-            wg_bulk_wait<0>(); /* every add landed (and read its source) before the block ends */
-        }
+        if (tid == 0) add_dq(last); /* its source read is waited for at the block's end */
     }
+    unsigned long long t_drained = 0;
+    if (TL && tid == 0) t_drained = clock64();
 
+    /* dK and dV out through shared memory: into the K and V tiles' places (swizzled, as
+     * loaded), then whole rows by 16-byte stores (the fragments' own stores were 4 bytes, 8
+     * rows to an instruction). Every wgmma of both warpgroups, the only readers of K and V,
+     * is past its wait<0> at the barrier above (DQ; without DQ, here). */
+    if constexpr (!DQ) __syncthreads();
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int jk = jw0 + krow + 8 * hf;
-        if (jk >= g.S) continue;
-        __nv_bfloat16 *kd = dqkv + attn_k_off(g, jk, b, grp) + cq, *vd = dqkv + attn_v_off(g, jk, b, grp) + cq;
+    for (int hf = 0; hf < 2; hf++)
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
-            *reinterpret_cast<uint32_t *>(kd + 8 * jj) = attn_pack_bf16(dk[4 * jj + 2 * hf], dk[4 * jj + 2 * hf + 1]);
-            *reinterpret_cast<uint32_t *>(vd + 8 * jj) = attn_pack_bf16(dv[4 * jj + 2 * hf], dv[4 * jj + 2 * hf + 1]);
+            const uint32_t off = wg_sw_off(krow + 8 * hf, 8 * jj + cq);
+            *reinterpret_cast<uint32_t *>(Kw + off) =
+                attn_pack_bf16(dk[4 * jj + 2 * hf], dk[4 * jj + 2 * hf + 1]);
+            *reinterpret_cast<uint32_t *>(Vw + off) =
+                attn_pack_bf16(dv[4 * jj + 2 * hf], dv[4 * jj + 2 * hf + 1]);
         }
-    }
+    __syncthreads();
+    wg_store_tile<C::BN, NT>(dqkv, kbase, g.row_stride, j0, g.S, Ks, tid);
+    wg_store_tile<C::BN, NT>(dqkv, kbase + 64, g.row_stride, j0, g.S, Vs, tid);
+    unsigned long long t_stored = 0;
+    if (TL && tid == 0) t_stored = clock64();
 
     /* SUM: dK's and dV's column sums over the block's 128 keys (F32, before rounding) into
      * parts' row kt B + b (attn_colsum_parts): each thread's two rows, the 8 lanes of a
@@ -442,7 +467,23 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
             parts[((int64_t)kt * g.B + b) * g.ts + col] = t;
         }
     }
+    /* the staging buffers stay allocated until the last bulk add has read them; its writes
+     * land before the grid completes (as TMA stores do), so nothing waits for them here */
+    if constexpr (DQ) {
+        if (tid == 0) wg_bulk_wait_read<0>();
+    }
+    if (TL && tid == 0) { /* the timeline (mc_cuda_attention_bwd_timeline): SM, items, six clocks */
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *r = tl + (size_t)blockIdx.x * MC_ATTN_TIMELINE_WORDS;
+        r[0] = smid, r[1] = (unsigned long long)nitems, r[2] = t_entry, r[3] = t_loop, r[4] = t_loop_end;
+        r[5] = t_drained, r[6] = t_stored, r[7] = clock64();
+    }
 }
+
+static unsigned long long *wbp_timeline; /* attn_wg_bwd_timeline's buffer, or NULL */
+
+void attn_wg_bwd_timeline(unsigned long long *buf) { wbp_timeline = buf; }
 
 template <bool DQ, bool SUM>
 static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
@@ -452,9 +493,12 @@ static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv,
     static_assert(2 * C::NWG * C::TILE >= 8 * 128 * sizeof(float), "the column-sum exchange fits the dS^T buffers");
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_wg_bwd_pipe_kernel<DQ, SUM>;
+    auto kernel = attn_wg_bwd_pipe_kernel<DQ, SUM, false>;
+    if constexpr (DQ && !SUM) { /* the timeline is taken of this variant only */
+        if (wbp_timeline) kernel = attn_wg_bwd_pipe_kernel<DQ, SUM, true>;
+    }
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, parts);
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, parts, wbp_timeline);
     ATTN_CHECK_LAUNCH("attn_wg_bwd_pipe_kernel");
 }
 

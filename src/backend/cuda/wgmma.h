@@ -143,6 +143,25 @@ __device__ __forceinline__ void wg_bulk_wait() {
 __device__ __forceinline__ uint32_t wg_sw_off(int r, int c) {
     return (uint32_t)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
 }
+/* The inverse of wg_load_tile: a swizzled tile's rows [row0, row0 + ROWS) out to dst +
+ * base + r stride (64 elements a row), 16 bytes a thread at a time (a warp writes four
+ * whole 128-byte rows), rows at or past S skipped. */
+template <int ROWS, int NT>
+__device__ __forceinline__ void wg_store_tile(__nv_bfloat16 *dst, int64_t base, int64_t stride, int row0, int S,
+                                              const unsigned char *src, int tid) {
+    constexpr int TOTAL = ROWS * 8;
+#pragma unroll
+    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
+        const int e = e0 + tid;
+        if (TOTAL % NT == 0 || e < TOTAL) {
+            const int r = e >> 3, ch = e & 7;
+            if (row0 + r < S)
+                *reinterpret_cast<uint4 *>(dst + base + (int64_t)(row0 + r) * stride + ch * 8) =
+                    *reinterpret_cast<const uint4 *>(src + r * 128 + ((ch ^ (r & 7)) << 4));
+        }
+    }
+}
+
 /* Rows [row0, row0 + ROWS) of a [S, *] BF16 operand (row r at src + base + r stride, 64
  * elements) into a swizzled tile by cp.async, 16 bytes each, NT threads; rows at or past
  * S are zero-filled (nothing read). */
