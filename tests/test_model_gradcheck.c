@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "megatron.h"
 #include "model/model.h"
+#include "model/model_internal.h"
 
 typedef struct {
     int64_t S, B;
@@ -291,7 +292,29 @@ static void test_llama_head_chunks(void) {
     mc_comm_free(&comm);
 }
 
+/* The LM head's chunk rule (mc_model_head_chunk) on the bench shapes' numbers: the GPU takes
+ * a whole micro-batch's logits only where a backward would chunk otherwise and the logits
+ * are no larger than the activations the layers keep. */
+static void test_head_chunk_rule(void) {
+    const size_t GB = (size_t)1 << 30;
+    /* GPT-2 124M, batch 64: the gradient buffer lends 3418 rows, not 65536 */
+    mc_head_plan gpt2 = {.gpu = true, .tokens = 65536, .vocab = 50304, .borrow_rows = 3418, .micro_batches = 1,
+                         .elem = 2, .scratch = GB, .kept = 17 * GB};
+    CHECK(mc_model_head_chunk(&gpt2) == 65536, "GPT-2: %lld rows", (long long)mc_model_head_chunk(&gpt2));
+    gpt2.kept = 6 * GB; /* 6.6 GB of logits against 6 GiB kept: chunks as long as the scratch */
+    CHECK(mc_model_head_chunk(&gpt2) == 8192, "GPT-2, little kept: %lld rows", (long long)mc_model_head_chunk(&gpt2));
+    /* the 1.5B shape: one micro-batch a step borrows 19.5K rows, so the plan stays short */
+    mc_head_plan llama = {.gpu = true, .tokens = 8192, .vocab = 128256, .borrow_rows = 19500, .micro_batches = 1,
+                          .elem = 2, .scratch = GB / 2, .kept = 6 * GB};
+    CHECK(mc_model_head_chunk(&llama) == 2048, "1.5B: %lld rows", (long long)mc_model_head_chunk(&llama));
+    llama.micro_batches = 8; /* accumulating micro-batches cannot borrow */
+    CHECK(mc_model_head_chunk(&llama) == 8192, "1.5B x 8: %lld rows", (long long)mc_model_head_chunk(&llama));
+    llama.gpu = false; /* the CPU: 2^24 logits (130 rows: under 256 not rounded), whatever else */
+    CHECK(mc_model_head_chunk(&llama) == 130, "CPU: %lld rows", (long long)mc_model_head_chunk(&llama));
+}
+
 int main(void) {
+    RUN(test_head_chunk_rule);
     RUN(test_gpt2_family);
     RUN(test_gpt2_family_with_dropout);
     RUN(test_gpt2_family_selective_recompute);

@@ -158,8 +158,10 @@ typedef struct mc_model {
     mc_tensor rope_cos, rope_sin;
     int rot_dim;
 
-    /* Activations for one micro-batch of up to (max_batch, seq) tokens. */
+    /* Activations for one micro-batch of up to (max_batch, seq) tokens; micro_batches
+     * of them a step (the gradient accumulation). */
     int64_t max_batch, seq;
+    int micro_batches;
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
     mc_tensor emb_out;    /* [Nl, h] input of layer 0 */

@@ -12,6 +12,20 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout);
  * its grad_overwritten parameters, after that head. */
 void mc_model_zero_borrowed(mc_model *m);
 
+/* What the LM head's chunk (rows of logits at a time) is chosen from: `tokens` a
+ * micro-batch, `vocab` logits a row of `elem` bytes; the bytes of the layers' backward
+ * scratch the chunk shares (`scratch`) and of the activations the layers keep (`kept`);
+ * the rows the gradient buffer lends the first backward's head (`borrow_rows`, GPU only)
+ * and the micro-batches a step. mc_model_head_chunk (model.c) says the rule. */
+typedef struct mc_head_plan {
+    bool gpu;
+    int64_t tokens, vocab, borrow_rows;
+    int micro_batches;
+    size_t elem, scratch, kept;
+} mc_head_plan;
+
+int64_t mc_model_head_chunk(const mc_head_plan *hp);
+
 /* Statistics dtype for activations of dtype `act`: F64 with F64 activations, else F32. */
 static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
 
