@@ -143,21 +143,21 @@ __device__ __forceinline__ void wg_bulk_wait() {
 __device__ __forceinline__ uint32_t wg_sw_off(int r, int c) {
     return (uint32_t)(r * 128 + ((((c >> 3) ^ (r & 7)) << 4) | ((c & 7) << 1)));
 }
-/* The inverse of wg_load_tile: a swizzled tile's rows [row0, row0 + ROWS) out to dst +
- * base + r stride (64 elements a row), 16 bytes a thread at a time (a warp writes four
- * whole 128-byte rows), rows at or past S skipped. */
-template <int ROWS, int NT>
-__device__ __forceinline__ void wg_store_tile(__nv_bfloat16 *dst, int64_t base, int64_t stride, int row0, int S,
-                                              const unsigned char *src, int tid) {
+/* Byte offset of 16-byte chunk ch of row r in a swizzled tile (128-byte rows, the chunks'
+ * order XORed by r % 8: wg_sw_off's layout). */
+__device__ __forceinline__ int wg_sw_chunk(int r, int ch) { return r * 128 + ((ch ^ (r & 7)) << 4); }
+
+/* f(r, ch) for each of this thread's 16-byte chunks of a swizzled [ROWS][64] BF16 tile, NT
+ * threads: chunk ch of row r, at byte wg_sw_chunk(r, ch) of the tile. */
+template <int ROWS, int NT, typename F>
+__device__ __forceinline__ void wg_tile_chunks(int tid, F &&f) {
     constexpr int TOTAL = ROWS * 8;
 #pragma unroll
     for (int e0 = 0; e0 < TOTAL; e0 += NT) {
         const int e = e0 + tid;
         if (TOTAL % NT == 0 || e < TOTAL) {
             const int r = e >> 3, ch = e & 7;
-            if (row0 + r < S)
-                *reinterpret_cast<uint4 *>(dst + base + (int64_t)(row0 + r) * stride + ch * 8) =
-                    *reinterpret_cast<const uint4 *>(src + r * 128 + ((ch ^ (r & 7)) << 4));
+            f(r, ch);
         }
     }
 }
@@ -168,18 +168,25 @@ __device__ __forceinline__ void wg_store_tile(__nv_bfloat16 *dst, int64_t base, 
 template <int ROWS, int NT>
 __device__ __forceinline__ void wg_load_tile(unsigned char *dst, const __nv_bfloat16 *src, int64_t base,
                                              int64_t stride, int row0, int S, int tid) {
-    constexpr int TOTAL = ROWS * 8;
-#pragma unroll
-    for (int e0 = 0; e0 < TOTAL; e0 += NT) {
-        const int e = e0 + tid;
-        if (TOTAL % NT == 0 || e < TOTAL) {
-            const int r = e >> 3, ch = e & 7;
-            const bool ok = row0 + r < S;
-            const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
-            const unsigned s = (unsigned)__cvta_generic_to_shared(dst + r * 128 + ((ch ^ (r & 7)) << 4));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(p), "r"(ok ? 16 : 0) : "memory");
-        }
-    }
+    wg_tile_chunks<ROWS, NT>(tid, [&](int r, int ch) {
+        const bool ok = row0 + r < S;
+        const __nv_bfloat16 *p = ok ? src + base + (int64_t)(row0 + r) * stride + ch * 8 : src;
+        const unsigned s = (unsigned)__cvta_generic_to_shared(dst + wg_sw_chunk(r, ch));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(p), "r"(ok ? 16 : 0) : "memory");
+    });
+}
+
+/* The inverse of wg_load_tile: a swizzled tile's rows [row0, row0 + ROWS) out to dst +
+ * base + r stride, 16 bytes a thread at a time (a warp writes four whole 128-byte rows),
+ * rows at or past S skipped. */
+template <int ROWS, int NT>
+__device__ __forceinline__ void wg_store_tile(__nv_bfloat16 *dst, int64_t base, int64_t stride, int row0, int S,
+                                              const unsigned char *src, int tid) {
+    wg_tile_chunks<ROWS, NT>(tid, [&](int r, int ch) {
+        if (row0 + r < S)
+            *reinterpret_cast<uint4 *>(dst + base + (int64_t)(row0 + r) * stride + ch * 8) =
+                *reinterpret_cast<const uint4 *>(src + wg_sw_chunk(r, ch));
+    });
 }
 
 /* d[64 x 32] (+)= A[64 x 16] B[16 x 32], A and B from shared memory (descriptors). */
