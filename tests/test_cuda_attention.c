@@ -325,6 +325,17 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+typedef struct {
+    unsigned long long sm, entry; /* the timeline's SM and entry clock */
+    int64_t block;
+} tl_block;
+
+static int cmp_tl_block(const void *a, const void *b) {
+    const tl_block *x = a, *y = b;
+    if (x->sm != y->sm) return x->sm < y->sm ? -1 : 1;
+    return x->entry < y->entry ? -1 : x->entry > y->entry;
+}
+
 /* One backward with the key-side kernel's timeline (mc_cuda_attention_bwd_timeline): where a
  * block's time goes (median prologue and epilogue, the loop's cost per item and its fixed
  * part by a least-squares fit over the blocks' item counts) and the idle time between one
@@ -359,34 +370,22 @@ static void bench_timeline(const char *name, const mc_attn_desc *desc, void *ws,
     qsort(drain, nblk, sizeof *drain, cmp_u64);
     qsort(store, nblk, sizeof *store, cmp_u64);
     /* the blocks sorted by (SM, entry clock): consecutive blocks of one SM are neighbours */
+    tl_block *ord = malloc(nblk * sizeof *ord);
+    for (int64_t b = 0; b < nblk; b++) {
+        const unsigned long long *r = h + b * MC_ATTN_TIMELINE_WORDS;
+        ord[b] = (tl_block){.sm = r[0], .entry = r[2], .block = b};
+    }
+    qsort(ord, nblk, sizeof *ord, cmp_tl_block);
     double gap = 0;
     int64_t ngap = 0;
-    {
-        unsigned long long *ord = malloc(nblk * 2 * sizeof *ord);
-        for (int64_t b = 0; b < nblk; b++) {
-            const unsigned long long *r = h + b * MC_ATTN_TIMELINE_WORDS;
-            ord[2 * b] = r[0], ord[2 * b + 1] = r[2];
-        }
-        int64_t *idx = malloc(nblk * sizeof *idx);
-        for (int64_t b = 0; b < nblk; b++) idx[b] = b;
-        for (int64_t i = 1; i < nblk; i++) { /* nblk is a few thousand: fine for a benchmark */
-            int64_t v = idx[i], j = i - 1;
-            while (j >= 0 && (ord[2 * idx[j]] > ord[2 * v] ||
-                              (ord[2 * idx[j]] == ord[2 * v] && ord[2 * idx[j] + 1] > ord[2 * v + 1]))) {
-                idx[j + 1] = idx[j];
-                j--;
-            }
-            idx[j + 1] = v;
-        }
-        for (int64_t i = 1; i < nblk; i++) {
-            const unsigned long long *a = h + idx[i - 1] * MC_ATTN_TIMELINE_WORDS, *c = h + idx[i] * MC_ATTN_TIMELINE_WORDS;
-            if (a[0] != c[0] || c[2] < a[7]) continue;
-            gap += (double)(c[2] - a[7]);
-            ngap++;
-        }
-        free(idx);
-        free(ord);
+    for (int64_t i = 1; i < nblk; i++) {
+        const unsigned long long *a = h + ord[i - 1].block * MC_ATTN_TIMELINE_WORDS,
+                                 *c = h + ord[i].block * MC_ATTN_TIMELINE_WORDS;
+        if (a[0] != c[0] || c[2] < a[7]) continue;
+        gap += (double)(c[2] - a[7]);
+        ngap++;
     }
+    free(ord);
     printf("BENCH timeline %-8s %lld blocks: prologue %.2f us, loop %.2f us + %.3f us/item, epilogue %.2f us "
            "(drain %.2f, dK/dV stores %.2f), gap between an SM's blocks %.2f us (medians; fit; mean of %lld), "
            "at %d MHz\n",

@@ -115,7 +115,7 @@ static int64_t head_rows(int64_t fit, int64_t N) {
  * they take no more than the activations the layers keep: one GEMM each way instead of
  * chunks, and the output layer's gradient read and written once a micro-batch instead of
  * once a chunk. Measured (H200, interleaved A/B, 3 rounds each): GPT-2 124M at batch 64
- * +1.6%, peak 19.1 -> 24.4 GiB (PyTorch 34.5); the 1.5B shape with 8 micro-batches +0.5%,
+ * +1.7%, peak 19.1 -> 24.4 GiB (PyTorch 34.5); the 1.5B shape with 8 micro-batches +0.5%,
  * 32.0 -> 33.5 GiB (PyTorch 38.0). With one micro-batch a step the 1.5B shape's backward
  * borrows (mc_model_set_first_head_chunk) and its plan keeps the short chunk. */
 int64_t mc_model_head_chunk(const mc_head_plan *hp) {
@@ -175,8 +175,13 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
     size_t scratch = a->used - shared_from;
     bool gpu = m->be->device == MC_DEVICE_CUDA;
-    mc_head_plan hp = {.gpu = gpu, .tokens = N, .vocab = m->vocab_local, .borrow_rows = gpu && m->out_w >= 0 ? borrow_rows(m) : 0,
-                       .micro_batches = m->micro_batches, .elem = mc_dtype_size(at), .scratch = scratch,
+    mc_head_plan hp = {.gpu = gpu,
+                       .tokens = N,
+                       .vocab = m->vocab_local,
+                       .borrow_rows = gpu && m->out_w >= 0 ? borrow_rows(m) : 0,
+                       .micro_batches = m->micro_batches,
+                       .elem = mc_dtype_size(at),
+                       .scratch = scratch,
                        .kept = shared_from - plan_start};
     int64_t chunk = mc_model_head_chunk(&hp);
     m->head_chunk = chunk;
