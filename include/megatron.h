@@ -201,6 +201,9 @@ void mc_config_copy(mc_config *dst, const mc_config *src);
 uint64_t mc_config_hash(const mc_config *cfg);
 /* Vocabulary size padded as Megatron: a multiple of make_vocab_size_divisible_by * TP. */
 int mc_config_padded_vocab(const mc_config *cfg);
+/* Micro-batches a rank runs a step (the gradient accumulation): global_batch_size /
+ * (micro_batch_size * dp) of a validated configuration; 1 where that is not above 1. */
+int mc_config_num_microbatches(const mc_config *cfg, int dp);
 
 /* One training iteration's numbers, as the iteration line prints them. */
 typedef struct mc_step_stats {

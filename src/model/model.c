@@ -175,10 +175,11 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
     size_t scratch = a->used - shared_from;
     bool gpu = m->be->device == MC_DEVICE_CUDA;
+    const int64_t lend = gpu && m->out_w >= 0 ? borrow_rows(m) : 0; /* rows the gradient buffer lends */
     mc_head_plan hp = {.gpu = gpu,
                        .tokens = N,
                        .vocab = m->vocab_local,
-                       .borrow_rows = gpu && m->out_w >= 0 ? borrow_rows(m) : 0,
+                       .borrow_rows = lend,
                        .micro_batches = m->micro_batches,
                        .elem = mc_dtype_size(at),
                        .scratch = scratch,
@@ -192,11 +193,8 @@ static void plan_activations(mc_model *m, mc_arena *a) {
      * the gradient buffer, which holds nothing that pass reads before writing it but the
      * output layer's gradient (mc_model_set_first_head_chunk): the 1.5B bench shape's single
      * micro-batch a step then runs one chunk instead of four, with no memory added. */
-    int64_t first = 0;
-    if (gpu && m->out_w >= 0) {
-        first = head_rows(borrow_rows(m), N);
-        if (first <= chunk) first = 0;
-    }
+    int64_t first = lend > 0 ? head_rows(lend, N) : 0;
+    if (first <= chunk) first = 0;
     int64_t rows_max = first > chunk ? first : chunk;
     m->rowmax = alloc1(a, st, rows_max);
     m->gmax = alloc1(a, st, rows_max);
@@ -240,13 +238,7 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->vocab_start = (int64_t)m->tp_rank * m->vocab_local;
     m->max_batch = max_batch;
     m->seq = c->seq_length;
-    {
-        const int dp = comm->dp.size > 0 ? comm->dp.size : 1;
-        const int per_step = cfg->train.micro_batch_size * dp;
-        m->micro_batches = per_step > 0 && cfg->train.global_batch_size > per_step
-                               ? cfg->train.global_batch_size / per_step
-                               : 1;
-    }
+    m->micro_batches = mc_config_num_microbatches(cfg, comm->sizes.dp);
 
     mc_model_build_table(m, layout);
     m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(param_dtype));

@@ -91,6 +91,12 @@ int mc_config_padded_vocab(const mc_config *c) {
     return (int)((v + multiple - 1) / multiple * multiple);
 }
 
+int mc_config_num_microbatches(const mc_config *c, int dp) {
+    const int64_t per_step = (int64_t)c->train.micro_batch_size * (dp > 0 ? dp : 1);
+    const int64_t n = per_step > 0 ? c->train.global_batch_size / per_step : 1;
+    return n > 1 ? (int)n : 1;
+}
+
 /* The vocabulary of a file-based tokenizer (GPT-2 BPE, HF, SentencePiece): Megatron takes
  * the model's vocabulary from the tokenizer, whatever --vocab-size says. */
 static int tokenizer_vocab(mc_config *c, mc_err *err) {

@@ -194,7 +194,7 @@ static int setup(mc_trainer *t, mc_err *err) {
     mc_config *cfg = &t->cfg;
     MC_TRY(mc_config_validate(cfg, t->comm.world_size, err));
     t->dp = t->comm.sizes.dp;
-    t->num_microbatches = cfg->train.global_batch_size / (cfg->train.micro_batch_size * t->dp);
+    t->num_microbatches = mc_config_num_microbatches(cfg, t->dp);
     t->train_iters = cfg->train.train_iters > 0 ? cfg->train.train_iters
                                                 : cfg->train.train_samples / cfg->train.global_batch_size;
     MC_TRY(pick_backend(t, err));
