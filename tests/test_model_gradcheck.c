@@ -12,6 +12,7 @@
 #include "megatron.h"
 #include "model/model.h"
 #include "model/model_internal.h"
+#include "tiny_llama.h"
 
 typedef struct {
     int64_t S, B;
@@ -204,11 +205,7 @@ static void test_gpt2_family_selective_recompute(void) {
 /* base_config as a Llama: RMSNorm, RoPE, SwiGLU, no biases, untied head. */
 static void llama_config(mc_config *c) {
     base_config(c);
-    c->model.normalization = MC_NORM_RMSNORM;
-    c->model.position_embedding_type = MC_POS_ROPE;
-    c->model.swiglu = true;
-    c->model.add_bias_linear = false;
-    c->model.untie_embeddings_and_output_weights = true;
+    tiny_llama_arch(c);
     c->model.ffn_hidden_size = 24;
 }
 

@@ -7,6 +7,15 @@
 
 #include "megatron.h"
 
+/* The Llama architecture's switches: RMSNorm, RoPE, SwiGLU, no biases, untied head. */
+static inline void tiny_llama_arch(mc_config *c) {
+    c->model.normalization = MC_NORM_RMSNORM;
+    c->model.position_embedding_type = MC_POS_ROPE;
+    c->model.swiglu = true;
+    c->model.add_bias_linear = false;
+    c->model.untie_embeddings_and_output_weights = true;
+}
+
 static inline void tiny_llama_base(mc_config *c) {
     mc_config_init(c);
     c->model.num_layers = 2;
@@ -16,11 +25,7 @@ static inline void tiny_llama_base(mc_config *c) {
     c->model.group_query_attention = true;
     c->model.num_query_groups = 2;
     c->model.vocab_size = 256;
-    c->model.normalization = MC_NORM_RMSNORM;
-    c->model.position_embedding_type = MC_POS_ROPE;
-    c->model.swiglu = true;
-    c->model.add_bias_linear = false;
-    c->model.untie_embeddings_and_output_weights = true;
+    tiny_llama_arch(c);
     c->data.mock_data = true;
     c->data.tokenizer_type = MC_TOKENIZER_NULL;
     c->train.eval_iters = 0;
