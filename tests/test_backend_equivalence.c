@@ -1245,21 +1245,36 @@ static void adamw_case(mc_dtype copy_dt) {
         gcopy[r] = mk1(gpu, copy_dt, NULL, n);
     }
     float *gg = balloc(gpu, n * 4);
-    for (int step = 1; step <= 3; step++) {
+    double *gsum = balloc(gpu, sizeof(double));
+    float *before = NULL;
+    /* steps 1 and 3 scale by grad_scale; 2 clips on the device (norm sqrt(400) / 2 = 10 >
+     * clip 1); 4 has an infinite sum of squares, so nothing may change */
+    for (int step = 1; step <= 4; step++) {
         float *grad = rnd(n, 1.0f);
+        double sumsq = step == 2 ? 400.0 : INFINITY;
         mc_adamw_desc d = {.param = cp, .grad = grad, .exp_avg = cm, .exp_avg_sq = cv, .param_copy = mc_tensor_none(),
                            .segments = segs, .nsegments = nseg, .lr = 1e-3f * (float)step, .beta1 = 0.9f,
                            .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = step};
+        if (step % 2 == 0) d.grad_sumsq = &sumsq, d.loss_scale = 2.0, d.clip_grad = 1.0;
+        if (step == 4) before = fcopy(cp, ns);
         cpu->adamw(cpu, &d);
         upload(gpu, gg, F32, grad, n);
+        gpu->copy_h2d(gpu, gsum, &sumsq, sizeof sumsq);
         for (int r = 0; r < 2; r++) {
             mc_adamw_desc g = d;
             g.param = gp[r], g.grad = gg, g.exp_avg = gm[r], g.exp_avg_sq = gv[r], g.param_copy = gcopy[r];
+            if (d.grad_sumsq) g.grad_sumsq = gsum;
             gpu->adamw(gpu, &g);
         }
     }
+    float factor = 0;
+    CHECK(mc_adamw_clip_scale(400.0, 2.0, 1.0, &factor) && factor == (float)(0.5 * (1.0 / (10.0 + 1e-6))),
+          "mc_adamw_clip_scale: factor %.9g", factor);
+    CHECK(!mc_adamw_clip_scale(INFINITY, 2.0, 1.0, &factor) && !mc_adamw_clip_scale(NAN, 1.0, 0.0, &factor),
+          "mc_adamw_clip_scale takes a non-finite norm");
+    CHECK(memcmp(before, cp, (size_t)ns * 4) == 0, "cpu adamw: an infinite norm changed the parameters");
     float *rp = dl_raw(gpu, gp[0], ns * 4), *rm = dl_raw(gpu, gm[0], ns * 4), *rv = dl_raw(gpu, gv[0], ns * 4);
-    cmp("adamw param (3 steps, 5 sharded segments)", F32, rp, cp, ns);
+    cmp("adamw param (4 steps, 5 sharded segments, clipped)", F32, rp, cp, ns);
     cmp("adamw exp_avg", F32, rm, cm, ns);
     cmp("adamw exp_avg_sq", F32, rv, cv, ns);
     int64_t pdiff = 0, cdiff = 0;
@@ -1307,9 +1322,13 @@ static void test_reductions(void) {
                                {.offset = 5000, .count = 900000, .grad_offset = 5000},
                                {.offset = 999990, .count = 13, .grad_offset = 999990}};
     int nseg = (int)(sizeof segs / sizeof segs[0]);
-    cs = cpu->sumsq_segments(cpu, cx.data, segs, nseg);
-    gs = gpu->sumsq_segments(gpu, gx.data, segs, nseg);
-    gs2 = gpu->sumsq_segments(gpu, gx.data, segs, nseg);
+    double *gsum = gpu->alloc(gpu, 2 * sizeof(double));
+    cpu->sumsq_segments(cpu, &cs, cx.data, segs, nseg);
+    gpu->sumsq_segments(gpu, gsum, gx.data, segs, nseg);
+    gpu->sumsq_segments(gpu, gsum + 1, gx.data, segs, nseg);
+    gpu->copy_d2h(gpu, &gs, gsum, sizeof gs);
+    gpu->copy_d2h(gpu, &gs2, gsum + 1, sizeof gs2);
+    gpu->free(gpu, gsum);
     rel = fabs(cs - gs) / cs;
     printf("  %-52s      %.17g vs %.17g (rel %.2e)\n", "sumsq_segments (5 ranges)", gs, cs, rel);
     CHECK(rel < 1e-12, "sumsq_segments: relative error %.3e", rel);
@@ -1489,7 +1508,8 @@ static void bench_all(void) {
                            .nsegments = NS, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f,
                            .step = 1};
         BENCH("adamw 268M params, 291 segments, bf16 copy", np * (16 + 12 + 2), 0, gpu->adamw(gpu, &d));
-        BENCH("sumsq_segments 268M", np * 4, 0, (void)gpu->sumsq_segments(gpu, gg, segs, NS));
+        double *sum = balloc(gpu, sizeof(double));
+        BENCH("sumsq_segments 268M", np * 4, 0, gpu->sumsq_segments(gpu, sum, gg, segs, NS));
         mc_tensor gt = mc_tensor_1d(gg, F32, np);
         BENCH("sumsq 268M", np * 4, 0, (void)gpu->sumsq(gpu, &gt));
         BENCH("count_zeros 268M", np * 4, 0, (void)gpu->count_zeros(gpu, &gt));

@@ -14,14 +14,10 @@
 
 #include <stdint.h>
 
+#include "base/hostdev.h"
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#ifdef __CUDACC__
-#define MC_HOSTDEV __host__ __device__ __forceinline__
-#else
-#define MC_HOSTDEV static inline
 #endif
 
 typedef struct {

@@ -89,6 +89,8 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
             be->convert(be, &dst, &src);
         }
     }
+    o->sumsq_dev = be->alloc(be, 2 * sizeof(double));
+    o->sumsq_host = be->host_alloc(be, sizeof(double));
     o->exp_avg = be->alloc(be, bytes);
     o->exp_avg_sq = be->alloc(be, bytes);
     be->zero(be, o->exp_avg, bytes);
@@ -99,6 +101,8 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
 void mc_optimizer_free(mc_optimizer *o) {
     if (!o->be) return;
     if (o->owns_master) o->be->free(o->be, o->master);
+    o->be->free(o->be, o->sumsq_dev);
+    o->be->host_free(o->be, o->sumsq_host);
     o->be->free(o->be, o->exp_avg);
     o->be->free(o->be, o->exp_avg_sq);
     free(o->segments);
@@ -108,20 +112,22 @@ void mc_optimizer_free(mc_optimizer *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* Sums this rank's counted ranges and reduces them over the ranks that hold the other
- * parts: data-parallel ranks (when sharded) and model-parallel ranks. */
-static double global_sumsq(mc_optimizer *o, const float *buf, const mc_adamw_segment *segs) {
-    double s = o->be->sumsq_segments(o->be, buf, segs, o->nnorm);
-    if (o->sharded) mc_comm_all_reduce_host_f64(&o->model->comm->dp_cp, &s, 1, MC_REDUCE_SUM);
-    mc_comm_all_reduce_host_f64(&o->model->comm->mp, &s, 1, MC_REDUCE_SUM);
-    return s;
+/* Sums this rank's counted ranges into *out (backend memory) and reduces them over the
+ * ranks that hold the other parts: data-parallel ranks (when sharded) and model-parallel
+ * ranks. */
+static void global_sumsq(mc_optimizer *o, double *out, const float *buf, const mc_adamw_segment *segs) {
+    o->be->sumsq_segments(o->be, out, buf, segs, o->nnorm);
+    mc_tensor t = mc_tensor_1d(out, MC_F64, 1);
+    if (o->sharded) mc_comm_all_reduce(&o->model->comm->dp_cp, o->be, &t, MC_REDUCE_SUM);
+    mc_comm_all_reduce(&o->model->comm->mp, o->be, &t, MC_REDUCE_SUM);
 }
 
-double mc_optimizer_grad_norm(mc_optimizer *o) {
-    return sqrt(global_sumsq(o, o->model->grad_buf, o->norm_segments));
+double mc_optimizer_params_norm(mc_optimizer *o) {
+    double s = 0;
+    global_sumsq(o, o->sumsq_dev + 1, o->master, o->state_norm_segments);
+    o->be->copy_d2h(o->be, &s, o->sumsq_dev + 1, sizeof s);
+    return sqrt(s);
 }
-
-double mc_optimizer_params_norm(mc_optimizer *o) { return sqrt(global_sumsq(o, o->master, o->state_norm_segments)); }
 
 int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     double zeros = 0;
@@ -137,15 +143,14 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
 
 void mc_optimizer_zero_grads(mc_optimizer *o) { mc_model_zero_grads(o->model); }
 
-void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale) {
+void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale) {
     mc_model *m = o->model;
-    double scale = unscale;
-    if (o->clip_grad > 0) {
-        double coeff = o->clip_grad / (grad_norm + 1.0e-6); /* Megatron's clip_grad_by_total_norm_fp32 */
-        if (coeff < 1.0) scale *= coeff;
-    }
+    MC_ASSERT(o->pending_loss_scale == 0, "mc_optimizer_step: the previous step was not finished");
+    MC_ASSERT(loss_scale > 0, "mc_optimizer_step: loss scale %g", loss_scale);
+    global_sumsq(o, o->sumsq_dev, m->grad_buf, o->norm_segments);
+    o->be->copy_d2h_async(o->be, o->sumsq_host, o->sumsq_dev, sizeof(double));
     for (int i = 0; i < o->nsegments; i++) o->segments[i].weight_decay = o->no_wd[i] ? 0.0f : (float)wd;
-    o->step++;
+    o->step++; /* taken back by mc_optimizer_finish_step if the update skips */
     mc_adamw_desc d = {
         .param = o->master,
         .grad = m->grad_buf,
@@ -158,9 +163,24 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, 
         .beta1 = o->beta1,
         .beta2 = o->beta2,
         .eps = o->eps,
-        .grad_scale = (float)scale,
         .step = o->step,
+        .grad_sumsq = o->sumsq_dev,
+        .loss_scale = loss_scale,
+        .clip_grad = o->clip_grad,
     };
     o->be->adamw(o->be, &d);
     mc_optimizer_zero_grads(o);
+    o->pending_loss_scale = loss_scale;
+}
+
+bool mc_optimizer_finish_step(mc_optimizer *o, double *grad_norm) {
+    MC_ASSERT(o->pending_loss_scale > 0, "mc_optimizer_finish_step: no step in flight");
+    o->be->wait_copies(o->be);
+    double s = *o->sumsq_host, loss_scale = o->pending_loss_scale;
+    o->pending_loss_scale = 0;
+    *grad_norm = sqrt(s) / loss_scale;
+    float factor;
+    bool taken = mc_adamw_clip_scale(s, loss_scale, o->clip_grad, &factor);
+    if (!taken) o->step--;
+    return taken;
 }

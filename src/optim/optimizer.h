@@ -35,30 +35,38 @@ typedef struct mc_optimizer {
     mc_adamw_segment *norm_segments, *state_norm_segments;
     int nnorm;
     int64_t step;         /* optimizer steps taken */
+    /* Sums of squares in backend memory ([0] gradients, [1] parameters), and the gradients'
+     * copied back to the host behind each step (read by mc_optimizer_finish_step). */
+    double *sumsq_dev, *sumsq_host;
+    double pending_loss_scale; /* > 0 between mc_optimizer_step and mc_optimizer_finish_step */
 } mc_optimizer;
 
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err);
 void mc_optimizer_free(mc_optimizer *o);
 
-/* The global L2 norm of the gradients (tensor-parallel duplicates counted once, as
- * Megatron's get_grad_norm_fp32), after the data-parallel reduction. It is the same on
- * every rank (the sum of squares is reduced over the ranks that hold other parts, in a
- * fixed order), and inf or NaN exactly when some gradient is: so it is also fp16's
- * found_inf, agreed by all ranks. (Duplicates left out are bitwise copies of counted
- * gradients, and data-parallel replicas are identical after the all-reduce.) */
-double mc_optimizer_grad_norm(mc_optimizer *o);
-/* The global L2 norm of the parameters (--log-params-norm). */
+/* The global L2 norm of the parameters (--log-params-norm); waits for the device. */
 double mc_optimizer_params_norm(mc_optimizer *o);
 int64_t mc_optimizer_count_zeros(mc_optimizer *o);
 
-/* One AdamW step with learning rate lr and weight decay wd (not applied to norms and
- * biases); grads are multiplied by `unscale` (1 / the fp16 loss scale, else 1) and by
- * Megatron's clip coefficient min(1, clip/(norm+1e-6)) of the unscaled norm grad_norm,
- * in one factor (with a power-of-two unscale, exactly as unscaling first would round).
- * Writes this rank's updated parameters into the model's buffer and zeroes the gradients. */
-void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double grad_norm, double unscale);
-/* Zeroes the gradients without an update (a step skipped on fp16 overflow: neither the
- * parameters nor Adam's moments and step count change). */
+/* Queues one AdamW step with learning rate lr and weight decay wd (not applied to norms and
+ * biases), clipped by the global gradient norm, and the zeroing of the gradients; returns
+ * without waiting. The norm (tensor-parallel duplicates counted once, as Megatron's
+ * get_grad_norm_fp32, after the data-parallel reduction) is the square root of a sum of
+ * squares formed and reduced over the ranks holding other parts on the device, in a fixed
+ * order, so every rank gets the same bits; the update reads it there (mc_adamw_desc): grads
+ * are multiplied by 1 / loss_scale (fp16's, else 1) and Megatron's clip coefficient
+ * min(1, clip/(norm+1e-6)) of the unscaled norm, in one factor. The norm is inf or NaN
+ * exactly when some gradient is, and the update then writes nothing: fp16's found_inf,
+ * agreed by all ranks. (Duplicates left out are bitwise copies of counted gradients, and
+ * data-parallel replicas are identical after the all-reduce.) Writes this rank's updated
+ * parameters into the model's buffer. */
+void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale);
+/* After mc_optimizer_step: waits for the norm that step used (not for the update) and
+ * stores the unscaled norm in *grad_norm. Returns whether the step was taken: false when the
+ * norm is not finite, in which case parameters, moments and the step count are as before
+ * (the caller skips the iteration on fp16 or reports the error). */
+bool mc_optimizer_finish_step(mc_optimizer *o, double *grad_norm);
+/* Zeroes the gradients without an update. */
 void mc_optimizer_zero_grads(mc_optimizer *o);
 
 #endif

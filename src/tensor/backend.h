@@ -20,9 +20,11 @@
 #ifndef MC_TENSOR_BACKEND_H
 #define MC_TENSOR_BACKEND_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/hostdev.h"
 #include "tensor/tensor.h"
 
 #ifdef __cplusplus
@@ -86,7 +88,30 @@ typedef struct mc_adamw_desc {
     int nsegments;
     float lr, beta1, beta2, eps, grad_scale;
     int64_t step;                             /* 1-based, for bias correction */
+    /* Clipping by the global gradient norm, decided by the update itself (NULL: grad_scale
+     * as given): grad_sumsq is a backend-memory double, the gradients' sum of squares (from
+     * sumsq_segments, reduced over ranks), and grad_scale becomes mc_adamw_clip_scale's
+     * factor; when the norm is not finite nothing is written. So the host need not read the
+     * norm between the reduction and the update. */
+    const double *grad_sumsq;
+    double loss_scale, clip_grad;
 } mc_adamw_desc;
+
+/* The gradient factor of a clipped step: 1 / loss_scale (the fp16 loss scale, else 1) times
+ * Megatron's clip coefficient min(1, clip_grad / (norm + 1e-6)) of the unscaled norm
+ * sqrt(sumsq) / loss_scale (clip_grad <= 0: none), in double, rounded once to float. Returns
+ * false, and no factor, when the norm is inf or NaN. The backends and the optimizer share
+ * this one definition, so they agree bit for bit. */
+MC_HOSTDEV bool mc_adamw_clip_scale(double sumsq, double loss_scale, double clip_grad, float *factor) {
+    double norm = sqrt(sumsq) / loss_scale, scale = 1.0 / loss_scale;
+    if (!isfinite(norm)) return false;
+    if (clip_grad > 0) {
+        double coeff = clip_grad / (norm + 1.0e-6); /* Megatron's clip_grad_by_total_norm_fp32 */
+        if (coeff < 1.0) scale *= coeff;
+    }
+    *factor = (float)scale;
+    return true;
+}
 
 typedef struct mc_backend mc_backend;
 struct mc_backend {
@@ -115,6 +140,9 @@ struct mc_backend {
      * next sync (or copy_h2d/copy_d2h, which synchronize). On the CPU they are memcpy. */
     void (*copy_h2d_async)(mc_backend *, void *dst, const void *src, size_t bytes);
     void (*copy_d2h_async)(mc_backend *, void *dst, const void *src, size_t bytes);
+    /* Waits until every asynchronous copy issued so far, and the work queued before it, is
+     * done; not for the work queued after the last one (as sync would). */
+    void (*wait_copies)(mc_backend *);
     void (*zero)(mc_backend *, void *dst, size_t bytes);
     void (*sync)(mc_backend *);
     /* dst = src converted elementwise (F32 <-> BF16/F16, same numel). */
@@ -255,8 +283,10 @@ struct mc_backend {
     /* Sum of squares of a F32 buffer, accumulated in double, returned to the host. */
     double (*sumsq)(mc_backend *, const mc_tensor *x);
     /* Sum of squares over several ranges of one flat F32 buffer (the segments' offset and
-     * count; weight_decay ignored), in one pass and one host round trip. */
-    double (*sumsq_segments)(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
+     * count; weight_decay ignored), in one pass, written to the backend-memory double *out
+     * (for the ops queued after it, such as adamw's clipping; no host round trip). */
+    void (*sumsq_segments)(mc_backend *, double *out, const float *buf, const mc_adamw_segment *segments,
+                           int nsegments);
     /* Number of exact zeros in a F32 buffer (--log-num-zeros-in-grad). */
     int64_t (*count_zeros)(mc_backend *, const mc_tensor *x);
 

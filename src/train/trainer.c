@@ -375,31 +375,31 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *st, mc_err *err) {
         s->has_loss = true;
     }
     mc_ddp_finish_grads(&t->ddp);
-    double gnorm = mc_optimizer_grad_norm(&t->opt) / loss_scale; /* waits for the device */
-    be->sync(be);
+    /* The update is queued before the host learns the norm: the device decides the clip
+     * factor and whether to skip (mc_optimizer_step), so it goes from the norm straight to
+     * AdamW, and the host reads the norm while AdamW runs. */
+    int64_t zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
+    double lr = mc_lr_at(&t->sched, (double)t->sched_samples);
+    double wd = mc_wd_at(&t->sched, (double)t->sched_samples);
+    mc_optimizer_step(&t->opt, lr, wd, loss_scale);
+    mc_ddp_gather_params(&t->ddp); /* a skipped update leaves the shards as they were: gathering them is harmless */
+    double gnorm;
+    bool taken = mc_optimizer_finish_step(&t->opt, &gnorm); /* waits for the norm, and the losses before it */
     slots_harvest(t);
     double pair[2] = {t->step_loss[0], t->step_loss[1]}; /* Megatron's [sum of masked losses, tokens] */
     mc_comm_all_reduce_host_f64(&t->comm.dp_cp, pair, 2, MC_REDUCE_SUM);
     double loss = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
-    /* fp16: an inf or NaN gradient (the norm is then inf or NaN on every rank) is an
-     * overflow of the scaled loss: the step is skipped and the scaler backs off. Otherwise
-     * a non-finite loss or gradient is an error, as Megatron's NaN check. */
-    bool found_inf = !isfinite(gnorm), skipped = found_inf && cfg->precision.fp16;
+    /* fp16: an inf or NaN gradient (the norm is then inf or NaN on every rank, and the
+     * update wrote nothing) is an overflow of the scaled loss: the step is skipped and the
+     * scaler backs off. Otherwise a non-finite loss or gradient is an error, as Megatron's
+     * NaN check. */
+    bool found_inf = !taken, skipped = found_inf && cfg->precision.fp16;
     if (!skipped && (!isfinite(loss) || found_inf))
         return mc_err_set(err, "iteration %lld: %s is %s (learning rate too high, or bad data); stopping",
                           (long long)(t->iteration + 1), isfinite(loss) ? "the gradient norm" : "the lm loss",
                           isnan(isfinite(loss) ? gnorm : loss) ? "NaN" : "Inf");
-    int64_t zeros = 0;
-    if (skipped) {
-        mc_optimizer_zero_grads(&t->opt);
-    } else {
-        zeros = cfg->log.log_num_zeros_in_grad ? mc_optimizer_count_zeros(&t->opt) : 0;
-        double lr = mc_lr_at(&t->sched, (double)t->sched_samples);
-        double wd = mc_wd_at(&t->sched, (double)t->sched_samples);
-        mc_optimizer_step(&t->opt, lr, wd, gnorm, 1.0 / loss_scale);
-        mc_ddp_gather_params(&t->ddp);
-        t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
-    }
+    if (skipped) zeros = 0; /* Megatron reports neither the norm nor the zeros of a skipped step */
+    else t->sched_samples += cfg->train.global_batch_size; /* Megatron steps the scheduler on success only */
     mc_loss_scaler_update(&t->scaler, found_inf);
     /* The next iteration's first micro-batch: fetched, staged and its upload queued while
      * the device finishes this step (a failure is left for that step to report). */

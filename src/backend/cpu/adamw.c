@@ -81,6 +81,8 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
     if (copy)
         MC_ASSERT(mc_cpu_convertible(d->param_copy.dtype), "cpu adamw: param_copy dtype %s is not F32/BF16/F16/F64",
                   mc_dtype_name(d->param_copy.dtype));
+    float grad_scale = d->grad_scale;
+    if (d->grad_sumsq && !mc_adamw_clip_scale(*d->grad_sumsq, d->loss_scale, d->clip_grad, &grad_scale)) return;
     double bc1 = 1.0 - pow((double)d->beta1, (double)d->step);
     double bc2 = 1.0 - pow((double)d->beta2, (double)d->step);
     for (int sg = 0; sg < d->nsegments; sg++) {
@@ -92,7 +94,7 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
                       "cpu adamw: segment %d ends at %lld, past param_copy's %lld elements", sg,
                       (long long)(seg->grad_offset + seg->count), (long long)copy_numel);
         adamw_scalars s = {
-            .grad_scale = d->grad_scale,
+            .grad_scale = grad_scale,
             .decay = (float)(1.0 - (double)d->lr * (double)seg->weight_decay),
             .one_minus_b1 = (float)(1.0 - (double)d->beta1),
             .b2 = d->beta2,
@@ -119,11 +121,12 @@ double mc_cpu_sumsq(mc_backend *be, const mc_tensor *x) {
     return x->dtype == MC_F32 ? sumsq_f32(x->data, n) : sumsq_f64(x->data, n);
 }
 
-double mc_cpu_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_segment *segments, int nsegments) {
+void mc_cpu_sumsq_segments(mc_backend *be, double *out, const float *buf, const mc_adamw_segment *segments,
+                           int nsegments) {
     (void)be;
     double total = 0.0;
     for (int i = 0; i < nsegments; i++) total += sumsq_f32(buf + segments[i].offset, segments[i].count);
-    return total;
+    *out = total;
 }
 
 int64_t mc_cpu_count_zeros(mc_backend *be, const mc_tensor *x) {

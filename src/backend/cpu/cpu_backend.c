@@ -196,6 +196,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->copy_d2h_async = cpu_copy;
     be->zero = cpu_zero;
     be->sync = cpu_sync;
+    be->wait_copies = cpu_sync; /* the copies are done on return */
     be->convert = cpu_convert;
     be->fill = mc_cpu_fill;
     be->init_normal = mc_cpu_init_normal;

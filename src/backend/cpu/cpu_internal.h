@@ -153,7 +153,8 @@ void mc_cpu_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const 
 /* adamw.c */
 void mc_cpu_adamw(mc_backend *, const mc_adamw_desc *d);
 double mc_cpu_sumsq(mc_backend *, const mc_tensor *x);
-double mc_cpu_sumsq_segments(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
+void mc_cpu_sumsq_segments(mc_backend *, double *out, const float *buf, const mc_adamw_segment *segments,
+                           int nsegments);
 int64_t mc_cpu_count_zeros(mc_backend *, const mc_tensor *x);
 
 /* Calls name_f32(...) or name_f64(...) by dtype (already checked to be F32 or F64). */

@@ -6,7 +6,9 @@
  * is bitwise the CPU's):
  *   g = grad * grad_scale;  p = p * (1 - lr wd);  m = m + (1 - b1) (g - m)
  *   v = v b2 + (1 - b2) g g;  p = p + (-lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps)
- * with bc1, bc2 and the per-segment decay computed on the host in double. A segment is
+ * with bc1, bc2 and the per-segment decay computed on the host in double, and grad_scale
+ * either given or, with clipping on the device, derived by each thread from the reduced sum
+ * of squares (mc_adamw_clip_scale: the same double operations as the host). A segment is
  * `count` elements at `offset` in param/exp_avg/exp_avg_sq and at `grad_offset` in grad
  * and param_copy (they differ when the optimizer state is this rank's shard). param_copy
  * (BF16, F16 or F32), when present, gets the new parameters.
@@ -74,8 +76,10 @@ __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_
 __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
                              float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
                              const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
-                             bool vec) {
+                             bool vec, const double *grad_sumsq, double loss_scale, double clip_grad) {
     const int64_t chunk = ADAMW_CHUNK;
+    /* every thread derives the same factor from the same double (the host's formula) */
+    if (grad_sumsq && !mc_adamw_clip_scale(*grad_sumsq, loss_scale, clip_grad, &s.grad_scale)) return;
     for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
         const seg_entry seg = segs[find_segment(segs, nseg, c)];
         const int64_t local = (c - seg.chunk_begin) * chunk;
@@ -193,7 +197,8 @@ void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
                mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
     adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
                                                          copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                         total_chunks, s, vec);
+                                                         total_chunks, s, vec, d->grad_sumsq, d->loss_scale,
+                                                         d->clip_grad);
     MC_CUDA_LAUNCHED(st, op);
 }
 
@@ -301,14 +306,17 @@ double mc_cuda_sumsq(mc_backend *be, const mc_tensor *x) {
     return *(const double *)st->host_result;
 }
 
-double mc_cuda_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_segment *segments, int nsegments) {
+void mc_cuda_sumsq_segments(mc_backend *be, double *out, const float *buf, const mc_adamw_segment *segments,
+                            int nsegments) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "sumsq_segments";
-    MC_ASSERT(nsegments >= 0 && (nsegments == 0 || (segments && buf)), "cuda sumsq_segments: bad segment list");
-    if (nsegments == 0) return 0.0;
+    MC_ASSERT(out && nsegments >= 0 && (nsegments == 0 || (segments && buf)), "cuda sumsq_segments: bad segment list");
     int64_t total_chunks = 0;
-    int nseg = build_table(st, op, segments, nsegments, 0.0f, false, SUMSQ_CHUNK, &total_chunks);
-    if (nseg == 0) return 0.0;
+    int nseg = nsegments > 0 ? build_table(st, op, segments, nsegments, 0.0f, false, SUMSQ_CHUNK, &total_chunks) : 0;
+    if (nseg == 0) {
+        MC_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), st->stream), op);
+        return;
+    }
     const seg_entry *segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
     int64_t cap = (int64_t)st->sm_count * (st->max_threads_per_sm / RED_THREADS);
     if (cap > MC_CUDA_RED_MAX_BLOCKS) cap = MC_CUDA_RED_MAX_BLOCKS;
@@ -316,10 +324,8 @@ double mc_cuda_sumsq_segments(mc_backend *be, const float *buf, const mc_adamw_s
     sumsq_segments_kernel<<<grid, RED_THREADS, 0, st->stream>>>(st->red_partials, buf, segs, nseg, total_chunks,
                                                                 mc_cuda_aligned16(buf));
     MC_CUDA_LAUNCHED(st, op);
-    finish_sum_kernel<<<1, RED_THREADS, 0, st->stream>>>((double *)st->red_result, st->red_partials, (int)grid);
+    finish_sum_kernel<<<1, RED_THREADS, 0, st->stream>>>(out, st->red_partials, (int)grid);
     MC_CUDA_LAUNCHED(st, op);
-    fetch_result(st, op, sizeof(double));
-    return *(const double *)st->host_result;
 }
 
 int64_t mc_cuda_count_zeros(mc_backend *be, const mc_tensor *x) {

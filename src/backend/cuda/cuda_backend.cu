@@ -228,16 +228,26 @@ static void cuda_host_free(mc_backend *be, void *ptr) {
     MC_CUDA_CHECK(cudaFreeHost(ptr), "host_free");
 }
 
-static void cuda_copy_h2d_async(mc_backend *be, void *dst, const void *src, size_t bytes) {
+static void copy_async(mc_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *op) {
     if (!bytes) return;
     mc_cuda_state *st = mc_cuda_st(be);
-    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "copy_h2d_async");
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream), op);
+    MC_CUDA_CHECK(cudaEventRecord(st->copy_event, st->stream), op);
+    st->copy_event_recorded = true;
+}
+
+static void cuda_copy_h2d_async(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    copy_async(be, dst, src, bytes, cudaMemcpyHostToDevice, "copy_h2d_async");
 }
 
 static void cuda_copy_d2h_async(mc_backend *be, void *dst, const void *src, size_t bytes) {
-    if (!bytes) return;
+    copy_async(be, dst, src, bytes, cudaMemcpyDeviceToHost, "copy_d2h_async");
+}
+
+static void cuda_wait_copies(mc_backend *be) {
     mc_cuda_state *st = mc_cuda_st(be);
-    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "copy_d2h_async");
+    if (st->copy_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->copy_event), "wait_copies");
+    report_device_errors(st, "wait_copies");
 }
 
 static void cuda_copy_d2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
@@ -304,6 +314,7 @@ static void state_release(mc_cuda_state *st) {
     if (st->seg_host) cudaFreeHost(st->seg_host);
     if (st->seg_dev) cudaFree(st->seg_dev);
     if (st->seg_event) cudaEventDestroy(st->seg_event);
+    if (st->copy_event) cudaEventDestroy(st->copy_event);
     if (st->err_host) cudaFreeHost(st->err_host);
     if (st->stream) cudaStreamDestroy(st->stream);
     free(st);
@@ -377,6 +388,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
 
     CREATE_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CREATE_TRY(cudaEventCreateWithFlags(&st->seg_event, cudaEventDisableTiming));
+    CREATE_TRY(cudaEventCreateWithFlags(&st->copy_event, cudaEventDisableTiming));
     cublasStatus_t bs = cublasLtCreate(&st->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         mc_err_set(err, "--device cuda: cublasLtCreate failed on device %d: %s", device, cublasLtGetStatusString(bs));
@@ -410,6 +422,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->copy_d2d = cuda_copy_d2d;
     be->zero = cuda_zero;
     be->sync = cuda_sync;
+    be->wait_copies = cuda_wait_copies;
     be->convert = mc_cuda_convert;
     be->fill = mc_cuda_fill;
     be->init_normal = mc_cuda_init_normal;

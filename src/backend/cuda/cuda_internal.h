@@ -105,6 +105,8 @@ typedef struct mc_cuda_state {
     size_t seg_host_bytes, seg_dev_bytes;
     cudaEvent_t seg_event; /* recorded after the last upload from seg_host */
     bool seg_event_recorded;
+    cudaEvent_t copy_event; /* recorded after the last asynchronous copy (wait_copies) */
+    bool copy_event_recorded;
 
     /* device error word: host-mapped pinned int[4] */
     int *err_host;
@@ -294,7 +296,8 @@ void mc_cuda_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const
 /* adamw.cu */
 void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
 double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);
-double mc_cuda_sumsq_segments(mc_backend *, const float *buf, const mc_adamw_segment *segments, int nsegments);
+void mc_cuda_sumsq_segments(mc_backend *, double *out, const float *buf, const mc_adamw_segment *segments,
+                            int nsegments);
 int64_t mc_cuda_count_zeros(mc_backend *, const mc_tensor *x);
 /* init.cu */
 void mc_cuda_fill(mc_backend *, mc_tensor *x, double value);
