@@ -1144,7 +1144,20 @@ typedef struct {
     int heads, groups, d;
     float dropout;
     bool seg;
+    int rot; /* > 0: rope's backward in the same call (mc_attn_desc.rope), rotating rot dims */
 } attn_cfg;
+
+/* Rope tables [S, rot/2] of Llama's kind (base 10000), on backend be. */
+static void rope_tables(mc_backend *be, int64_t S, int rot, mc_tensor *c, mc_tensor *sn) {
+    int half = rot / 2;
+    float *cv = halloc(sizeof(float) * (size_t)(S * half)), *sv = halloc(sizeof(float) * (size_t)(S * half));
+    for (int64_t p = 0; p < S; p++)
+        for (int k = 0; k < half; k++) {
+            double a = (double)p * pow(10000.0, -2.0 * k / rot);
+            cv[p * half + k] = (float)cos(a), sv[p * half + k] = (float)sin(a);
+        }
+    *c = mk2(be, F32, cv, S, half), *sn = mk2(be, F32, sv, S, half);
+}
 
 static void attention_case(const attn_cfg *a, mc_dtype dt) {
     int64_t S = a->S, B = a->B;
@@ -1165,6 +1178,14 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
                        .seg_start = a->seg ? mk_i32(cpu, seg, B * S) : mc_tensor_none()};
     mc_attn_desc gd = cd;
     gd.seg_start = a->seg ? mk_i32(gpu, seg, B * S) : mc_tensor_none();
+    mc_rope_desc crd = {.seq = S, .batch = B, .heads = a->heads, .groups = a->groups, .head_dim = a->d,
+                        .rot_dim = a->rot, .pos = mc_tensor_none()};
+    mc_rope_desc grd = crd;
+    if (a->rot > 0) {
+        rope_tables(cpu, S, a->rot, &crd.cos, &crd.sin);
+        rope_tables(gpu, S, a->rot, &grd.cos, &grd.sin);
+        cd.rope = &crd, gd.rope = &grd;
+    }
     mc_tensor cq = mk1(cpu, F32, qkv, nqkv), co = mk1(cpu, F32, NULL, nout), cl = mk1(cpu, F32, NULL, nlse);
     mc_tensor cdo = mk1(cpu, F32, dout, nout), cdq = mk1(cpu, F32, NULL, nqkv);
     mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gl = mk1(gpu, F32, NULL, nlse);
@@ -1183,8 +1204,8 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     gpu->attention_bwd(gpu, &gdq2, NULL, &gdo, &gq, &go, &gl, &gd);
     gpu->attention_bwd(gpu, &gdq3, &gdb2, &gdo, &gq, &go, &gl, &gd);
     char tag[96], what[160];
-    snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s", (long long)S, (long long)B, a->heads,
-             a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "");
+    snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s%s", (long long)S, (long long)B, a->heads,
+             a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "", a->rot > 0 ? " +rope bwd" : "");
     snprintf(what, sizeof what, "%s out", tag);
     cmp(what, dt, dl(gpu, &go), co.data, nout);
     snprintf(what, sizeof what, "%s lse (F32)", tag);
@@ -1208,6 +1229,9 @@ static void test_attention(void) {
         {67, 2, 4, 2, 64, 0.1f, true},   /* GQA, documents, dropout */
         {128, 1, 2, 2, 128, 0.0f, true}, /* MHA, head_dim 128 */
         {33, 3, 6, 1, 32, 0.0f, false},  /* MQA, small head_dim */
+        {130, 2, 4, 2, 64, 0.0f, false, 64}, /* rope's backward: dQ rotated by its store on the wgmma path */
+        {67, 2, 4, 2, 64, 0.1f, false, 64},  /* the same where the rope kernel rotates it all */
+        {67, 2, 4, 2, 64, 0.0f, false, 32},  /* partial rotary */
     };
     for (int k = 0; k < NDTYPES; k++)
         for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) attention_case(&cfgs[c], k_dtypes[k]);

@@ -205,7 +205,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         desc.deterministic = det == 1;
         CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es)); /* NaN: every element must be written */
         const float *parts = NULL;
-        const int64_t prows = mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, true, &parts);
+        const int64_t prows = mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, true, &parts, NULL);
         CU(cudaDeviceSynchronize());
         free(dqkv);
         dqkv = to_host(d_dqkv, nqkv, dt);
@@ -229,7 +229,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
 
     /* determinism: a second deterministic backward (into a NaN-filled buffer) is bitwise equal */
     CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es));
-    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, false, NULL);
+    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, false, NULL, NULL);
     CU(cudaDeviceSynchronize());
     void *again = malloc((size_t)nqkv * es), *first = malloc((size_t)nqkv * es);
     CU(cudaMemcpy(again, d_dqkv, (size_t)nqkv * es, cudaMemcpyDeviceToHost));
@@ -351,7 +351,7 @@ static void bench_timeline(const char *name, const mc_attn_desc *desc, void *ws,
     CU(cudaMemset(dev, 0, words * sizeof *h));
     const float *parts = NULL;
     mc_cuda_attention_bwd_timeline(dev);
-    mc_cuda_attention_bwd(0, ws, ws_bytes, DQ, DO, Q, O, L, desc, false, &parts);
+    mc_cuda_attention_bwd(0, ws, ws_bytes, DQ, DO, Q, O, L, desc, false, &parts, NULL);
     mc_cuda_attention_bwd_timeline(NULL);
     CU(cudaMemcpy(h, dev, words * sizeof *h, cudaMemcpyDeviceToHost));
     int khz = 0;
@@ -425,7 +425,7 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
         for (int rep = -3; rep < 20; rep++) {
             CU(cudaEventRecord(e0, 0));
             if (mode == 0 || mode == 2 || mode == 4) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
-            if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts);
+            if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts, NULL);
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             if (rep >= 0) CU(cudaEventElapsedTime(&ms[rep], e0, e1));

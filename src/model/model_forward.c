@@ -348,13 +348,14 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = rows_of(&m->dqkv, N);
     mc_attn_desc ad = attn_desc(p, l);
+    mc_rope_desc rd;
+    if (m->cfg.position_embedding_type == MC_POS_ROPE) { /* rope's backward too, in the same call */
+        rd = rope_desc(p);
+        ad.rope = &rd;
+    }
     const bool qkv_b_by_attn = mc_model_qkv_bias_by_attention(m);
     mc_tensor gbq = qkv_b_by_attn ? mc_model_grad(m, lp->qkv_b) : none;
     be->attention_bwd(be, &dqkv, &gbq, &datt, &qkv, &att, &lse, &ad);
-    if (m->cfg.position_embedding_type == MC_POS_ROPE) {
-        mc_rope_desc rd = rope_desc(p);
-        be->rope(be, &dqkv, &rd, true);
-    }
     norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w,
                     qkv_b_by_attn ? -1 : lp->qkv_b, l > 0 ? fc2_bias_sum(p, l - 1) : -1);
 }

@@ -54,6 +54,9 @@ typedef struct mc_attn_desc {
     /* true: a bitwise-reproducible backward (no floating-point atomics; --deterministic-mode);
      * false lets a backend sum in a run-dependent order where that is faster. */
     bool deterministic;
+    /* Optional (NULL: none): the rotary embedding the forward's q and k went through, whose
+     * backward attention_bwd then applies to dqkv as well (see there). */
+    const struct mc_rope_desc *rope;
 } mc_attn_desc;
 
 /* Rotary embedding on the q and k heads of a packed QKV activation, in place
@@ -232,10 +235,12 @@ struct mc_backend {
     /* ---- attention (causal, GQA, flash-style: O(S) memory per row) ---- */
     void (*attention_fwd)(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                           const mc_attn_desc *d);
-    /* dqkv overwritten (all of q, k and v parts). dbias, optional (F32 [qkv width], the
-     * QKV bias gradient where nothing acts on dqkv before that linear): += dqkv's column
-     * sums over all S B positions, which a backend may form from the values before their
-     * rounding to dqkv's dtype. */
+    /* dqkv overwritten (all of q, k and v parts). With d->rope, what rope(dqkv, d->rope,
+     * inverse) would then make of it: the q and k heads rotated back, in the same call so
+     * that a backend may rotate dq before its rounding to dqkv's dtype (CUDA does, as it
+     * stores dq). dbias, optional (F32 [qkv width], the QKV bias gradient where nothing
+     * acts on dqkv before that linear): += the final dqkv's column sums over all S B
+     * positions, which a backend may form from the values before their rounding. */
     void (*attention_bwd)(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 

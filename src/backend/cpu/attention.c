@@ -373,6 +373,7 @@ void mc_cpu_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, con
     mc_cpu_check_dtype(op, "lse", lse, dt);
     mc_cpu_check_numel(op, "lse", lse, d->batch * d->heads * d->seq);
     MC_CPU_DISPATCH(dt, attention_bwd, be, &gm, dqkv->data, dout->data, qkv->data, out->data, lse->data, seg);
+    if (d->rope) mc_cpu_rope(be, dqkv, d->rope, true);
     if (mc_tensor_present(dbias)) {
         int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
         mc_tensor rows = mc_tensor_2d(dqkv->data, dt, d->seq * d->batch, width);

@@ -258,11 +258,23 @@ extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtyp
            (colsums ? attn_parts_bytes(d, dtype) : 0);
 }
 
+/* Whether the dQ store can rotate by d->rope: all of head_dim 64 rotated, positions = the
+ * sequence index, F32 tables of 32 aligned columns covering the sequence. */
+static bool attn_rope_in_dq_store(const mc_attn_desc *d) {
+    const mc_rope_desc *r = d->rope;
+    return r && r->rot_dim == 64 && r->head_dim == 64 && d->head_dim == 64 && r->seq == d->seq &&
+           r->batch == d->batch && r->heads == d->heads && r->groups == d->groups && !mc_tensor_present(&r->pos) &&
+           r->cos.dtype == MC_F32 && r->sin.dtype == MC_F32 && r->cos.ndim == 2 && r->sin.ndim == 2 &&
+           r->cos.shape[1] == 32 && r->sin.shape[1] == 32 && r->cos.shape[0] >= d->seq && r->sin.shape[0] >= d->seq &&
+           ((uintptr_t)r->cos.data & 15) == 0 && ((uintptr_t)r->sin.data & 15) == 0;
+}
+
 extern "C" int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes,
                                          mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
                                          const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d,
-                                         bool colsums, const float **parts) {
+                                         bool colsums, const float **parts, bool *q_rotated) {
     const char *op = "attention_bwd";
+    if (q_rotated) *q_rotated = false;
     const attn_geom g = attn_geometry(op, d, qkv);
     const mc_dtype dt = qkv->dtype;
     const int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
@@ -294,7 +306,12 @@ extern "C" int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, s
     attn_launch_rowdot_bf16(stream, g, D, dq_acc, dO, O); /* also zeroes dq_acc */
     if (attn_use_mma(g, dt, x, dx, dO, NULL) && attn_use_wgmma(g)) {
         float *p = colsums && dq_acc ? (float *)((char *)dq_acc + attn_dq_acc_bytes(d)) : NULL;
-        attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc, p);
+        attn_rope tabs = {NULL, NULL};
+        const bool rotate = q_rotated && !p && attn_rope_in_dq_store(d);
+        if (rotate) tabs.cos = (const float *)d->rope->cos.data, tabs.sin = (const float *)d->rope->sin.data;
+        const bool rotated = attn_wg_bwd_pipe(stream, g, dx, dO, x, (const float *)lse->data, D, dq_acc, p,
+                                              rotate ? &tabs : NULL);
+        if (q_rotated) *q_rotated = rotated;
         if (p) {
             *parts = p;
             return attn_colsum_parts(g);

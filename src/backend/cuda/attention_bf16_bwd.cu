@@ -513,6 +513,42 @@ __global__ void dq_store_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *d
     }
 }
 
+/* The same store with rope's backward on the way (head_dim 64, all of it rotated, the
+ * position of row i being i): thread = (row, c), c < 4, dims 8 c .. + 7 (x1) and 32 + 8 c
+ * .. + 7 (x2), with (cos, sin) = table[i][8 c ..]: x1 cos + x2 sin and x2 cos - x1 sin, the
+ * rope kernel's inverse, on the F32 values before their one rounding. */
+__global__ void dq_store_rope_kernel(attn_geom g, __nv_bfloat16 *dqkv, const float *dq_acc, const float *cos_tab,
+                                     const float *sin_tab) {
+    constexpr int D = 64, HALF = 32;
+    const uint32_t total = (uint32_t)g.B * g.H * g.S * 4;
+    for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < total; e += gridDim.x * blockDim.x) {
+        const int c = (int)(e % 4);
+        const uint32_t row = e / 4; /* (b H + h) S + i */
+        const int i = (int)(row % g.S), h = (int)((row / g.S) % g.H), b = (int)(row / ((uint32_t)g.S * g.H));
+        const float *src = dq_acc + (int64_t)row * D + c * 8;
+        float x1[8], x2[8], cv[8], sv[8];
+        *reinterpret_cast<float4 *>(x1) = *reinterpret_cast<const float4 *>(src);
+        *reinterpret_cast<float4 *>(x1 + 4) = *reinterpret_cast<const float4 *>(src + 4);
+        *reinterpret_cast<float4 *>(x2) = *reinterpret_cast<const float4 *>(src + HALF);
+        *reinterpret_cast<float4 *>(x2 + 4) = *reinterpret_cast<const float4 *>(src + HALF + 4);
+        const float *ct = cos_tab + (int64_t)i * HALF + c * 8, *sn = sin_tab + (int64_t)i * HALF + c * 8;
+        *reinterpret_cast<float4 *>(cv) = *reinterpret_cast<const float4 *>(ct);
+        *reinterpret_cast<float4 *>(cv + 4) = *reinterpret_cast<const float4 *>(ct + 4);
+        *reinterpret_cast<float4 *>(sv) = *reinterpret_cast<const float4 *>(sn);
+        *reinterpret_cast<float4 *>(sv + 4) = *reinterpret_cast<const float4 *>(sn + 4);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float a = x1[k], bb = x2[k], sk = -sv[k];
+            x1[k] = a * cv[k] - bb * sk;
+            x2[k] = bb * cv[k] + a * sk;
+        }
+        __nv_bfloat16 *dst = dqkv + attn_q_off(g, i, b, h) + c * 8;
+        *reinterpret_cast<uint4 *>(dst) = dq_pack8(*reinterpret_cast<float4 *>(x1), *reinterpret_cast<float4 *>(x1 + 4));
+        *reinterpret_cast<uint4 *>(dst + HALF) =
+            dq_pack8(*reinterpret_cast<float4 *>(x2), *reinterpret_cast<float4 *>(x2 + 4));
+    }
+}
+
 /* The same store, also summing dQ's columns (the F32 values, before rounding) over each
  * 128-query tile of a (batch, head): block = (tile, batch, head), 256 threads, thread t
  * columns 8 (t % 8) .. + 7 of rows t / 8, t / 8 + 32, ... of the tile; the 32 row lanes'
@@ -563,11 +599,20 @@ static void dkdv_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kernel<<<(unsigned)blocks, C::NT, smem, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc);
     ATTN_CHECK_LAUNCH("attn_mma_dkdv_kernel");
-    if (DQ) attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr);
+    if (DQ) attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr, nullptr);
 }
 
 void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc,
-                          float *parts) {
+                          float *parts, const attn_rope *rope) {
+    if (rope) {
+        MC_ASSERT(g.d == 64 && !parts, "cuda attention: the rotating dQ store is for head_dim 64, without column sums");
+        const int64_t n = (int64_t)g.B * g.H * g.S * 4;
+        MC_ASSERT(n + (int64_t)65535 * 256 < ((int64_t)1 << 32), "cuda attention: %lld dQ groups", (long long)n);
+        const int64_t want = (n + 255) / 256, cap = 65535;
+        dq_store_rope_kernel<<<(unsigned)(want < cap ? want : cap), 256, 0, st>>>(g, dqkv, dq_acc, rope->cos, rope->sin);
+        ATTN_CHECK_LAUNCH("dq_store_rope_kernel");
+        return;
+    }
     if (parts) {
         MC_ASSERT(g.d == 64, "cuda attention: no summing dQ store for head_dim %d", g.d);
         const int64_t blocks = (int64_t)attn_cdiv(g.S, ATTN_COLSUM_ROWS) * g.B * g.H;

@@ -226,10 +226,16 @@ void attn_mma_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float
 size_t attn_mma_dq_acc_bytes(const attn_geom &g);
 void attn_mma_bwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                   const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc);
+/* Rope's tables for a dQ store that rotates (F32 [>= S, 32], 16-byte aligned, position =
+ * sequence index). */
+struct attn_rope {
+    const float *cos, *sin;
+};
 /* The F32 dQ accumulator [B, H, S, d] into the q slots of dqkv (bf16); d 64 or 128. With
- * `parts` (d 64) also its column sums, into parts (attn_colsum_parts). */
+ * `parts` (d 64) also its column sums, into parts (attn_colsum_parts); with `rope` (d 64,
+ * no parts) rotated back by it first (rope's backward). */
 void attn_launch_dq_store(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const float *dq_acc,
-                          float *parts);
+                          float *parts, const attn_rope *rope);
 
 /* dqkv's column sums from the kernels that write it (the wgmma backward with dq_acc):
  * partial sums over tiles of ATTN_COLSUM_ROWS positions, parts [cdiv(S, ROWS) B, ts] F32,
@@ -246,13 +252,16 @@ inline int64_t attn_colsum_parts(const attn_geom &g) {
  * seg_start, on a compute capability 9.0 device (attention.cu checks all that). The
  * backward (its key-side kernel software-pipelined) sums dQ into dq_acc (zeroed by the
  * caller) with bulk adds, or with dq_acc NULL (deterministic) forms it by attn_wg_dq's
- * separate pass. `parts` (with dq_acc only; else NULL): also dqkv's column-sum partials. */
+ * separate pass. `parts` (with dq_acc only; else NULL): also dqkv's column-sum partials.
+ * `rope` (optional): the dQ store may rotate dQ back by it (with dq_acc and no parts);
+ * attn_wg_bwd_pipe returns whether it did. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
 /* mc_cuda_attention_bwd_timeline's buffer for the key-side backward kernel. */
 void attn_wg_bwd_timeline(unsigned long long *buf);
 
-void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts);
+bool attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts,
+                      const attn_rope *rope);
 void attn_wg_dq(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                 const __nv_bfloat16 *qkv, const float *lse, const float *D);
 

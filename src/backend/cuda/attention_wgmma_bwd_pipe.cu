@@ -502,18 +502,21 @@ static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv,
     ATTN_CHECK_LAUNCH("attn_wg_bwd_pipe_kernel");
 }
 
-void attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
-                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts) {
+bool attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                      const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts,
+                      const attn_rope *rope) {
     MC_ASSERT(g.d == 64, "cuda attention: the wgmma backward is for head_dim 64, not %d", g.d);
     MC_ASSERT(!parts || dq_acc, "cuda attention: column sums need the dQ accumulator");
     if (dq_acc && parts) {
         wbp_launch<true, true>(st, g, dqkv, dout, qkv, lse, D, dq_acc, parts);
-        attn_launch_dq_store(st, g, dqkv, dq_acc, parts);
+        attn_launch_dq_store(st, g, dqkv, dq_acc, parts, nullptr);
     } else if (dq_acc) {
         wbp_launch<true, false>(st, g, dqkv, dout, qkv, lse, D, dq_acc, nullptr);
-        attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr);
+        attn_launch_dq_store(st, g, dqkv, dq_acc, nullptr, rope);
+        return rope != nullptr;
     } else { /* deterministic: dK, dV here, dQ by its own pass */
         wbp_launch<false, false>(st, g, dqkv, dout, qkv, lse, D, nullptr, nullptr);
         attn_wg_dq(st, g, dqkv, dout, qkv, lse, D);
     }
+    return false;
 }

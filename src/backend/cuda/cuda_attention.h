@@ -30,10 +30,13 @@ size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bo
  * points into the workspace at F32 partial sums [rows, qkv width] whose column sums, in
  * row order, are dqkv's (of the F32 values before rounding), and the return is rows, a
  * deterministic function of the shape; 0 when they did not, leaving the sums to the
- * caller. */
+ * caller. d->rope is not applied here, except that with q_rotated (optional) the dQ store
+ * may rotate the query heads' gradient back by it (rope's backward, on the F32 values) and
+ * says so in *q_rotated (then not with colsums): the caller rotates what is left. */
 int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
                               const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
-                              const mc_tensor *lse, const mc_attn_desc *d, bool colsums, const float **parts);
+                              const mc_tensor *lse, const mc_attn_desc *d, bool colsums, const float **parts,
+                              bool *q_rotated);
 
 /* Benchmarks only: with a device buffer of MC_ATTN_TIMELINE_WORDS words a block, each block
  * of the wgmma backward's key-side kernel (its variant with the dQ accumulator and without

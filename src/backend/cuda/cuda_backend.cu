@@ -277,20 +277,25 @@ static void cuda_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, c
     MC_CUDA_LAUNCHED(st, "attention_fwd");
 }
 
-/* dbias: from the kernels' partial column sums where they form them, else a pass over dqkv. */
+/* dbias: from the kernels' partial column sums where they form them (not of rotated values),
+ * else a pass over dqkv. Rope's backward: the query heads' by the dQ store where it can
+ * (mc_cuda_attention_bwd's q_rotated), the rest by the rope kernel. */
 static void cuda_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                                const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "attention_bwd";
     mc_cuda_check_float(op, "qkv", qkv);
-    const bool sums = mc_tensor_present(dbias);
+    const bool sums = mc_tensor_present(dbias), kernel_sums = sums && !d->rope;
     const int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
     if (sums) mc_cuda_check_f32_numel(op, "dbias", dbias, width);
-    size_t bytes = mc_cuda_attention_bwd_workspace(d, qkv->dtype, sums);
+    size_t bytes = mc_cuda_attention_bwd_workspace(d, qkv->dtype, kernel_sums);
     void *ws = bytes ? mc_cuda_workspace(st, bytes, op) : NULL;
     const float *parts = NULL;
-    int64_t rows = mc_cuda_attention_bwd(st->stream, ws, bytes, dqkv, dout, qkv, out, lse, d, sums, &parts);
+    bool q_rotated = false;
+    int64_t rows = mc_cuda_attention_bwd(st->stream, ws, bytes, dqkv, dout, qkv, out, lse, d, kernel_sums, &parts,
+                                         d->rope ? &q_rotated : NULL);
     MC_CUDA_LAUNCHED(st, op);
+    if (d->rope) mc_cuda_rope_heads(st, dqkv, d->rope, true, q_rotated);
     if (!sums) return;
     if (rows > 0) mc_cuda_colsum_parts_add(st, op, (float *)dbias->data, parts, rows, width);
     else mc_cuda_colsum_add(st, op, (float *)dbias->data, dqkv->data, dqkv->dtype, d->seq * d->batch, width);

@@ -272,6 +272,8 @@ void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *
                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd);
 /* rope.cu */
 void mc_cuda_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
+/* The same, of the key heads only with keys_only (their query heads rotated elsewhere). */
+void mc_cuda_rope_heads(mc_cuda_state *st, mc_tensor *qkv, const mc_rope_desc *d, bool inverse, bool keys_only);
 /* activation.cu */
 void mc_cuda_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
 void mc_cuda_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
