@@ -8,7 +8,14 @@
 #                   (its floor also at the padded vocabulary 50304, which our run uses: that one is
 #                   the ours/floor column's)
 # Prints tokens/s, TFLOP/s, MFU and peak memory for each, with the ratios.
-#   bench/gpu_train.sh BUILD_DIR [SHARED_BENCH_DIR] [which: all|llama|gpt2|torch-only|ours-only]
+# Both trainers are measured alike, in the GPU's hot state: the median step of the last
+# MEASURE steps after WARM steps (ours: iterations WARM+1 .. WARM+MEASURE of a run of that
+# many; torch_llama.py: --warmup WARM --steps MEASURE, after its compile). The H200 runs at
+# its power cap under these loads and slows as it heats, so a run of a second or two
+# measures how warm the previous run left the GPU as much as the trainer: defaults 10 + 20
+# steps for the one-micro-batch and GPT-2 shapes, 3 + 7 for the 8-micro-batch one (whose
+# steps are 8 times longer).
+#   [MC_BENCH_WARM=10] [MC_BENCH_MEASURE=20] bench/gpu_train.sh BUILD_DIR [SHARED_BENCH_DIR] [which: all|llama|gpt2|torch-only|ours-only]
 set -uo pipefail
 BUILD=${1:-build}
 SHARED_BENCH=${2:-${MC_SHARED_DIR:-../shared}/bench}
@@ -16,28 +23,29 @@ WHICH=${3:-all}
 OUTDIR=${OUT:-$(mktemp -d)}/gpu_train
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1
-ITERS=${MC_BENCH_ITERS:-12}
+WARM=${MC_BENCH_WARM:-10} MEASURE=${MC_BENCH_MEASURE:-20}
 
-ours() { # name, extra flags...
-    local name=$1
-    shift
+ours() { # name, warm steps, measured steps, extra flags...
+    local name=$1 warm=$2 measure=$3
+    shift 3
+    local iters=$((warm + measure))
     local log="$OUTDIR/ours_$name.log" dir="$OUTDIR/ours_$name"
     rm -rf "$dir"
     local t0
     t0=$(date +%s.%N)
-    "$BUILD/megatron-c" train "$@" --train-iters "$ITERS" --log-interval 1 --eval-iters 0 --lr 3e-4 \
+    "$BUILD/megatron-c" train "$@" --train-iters "$iters" --log-interval 1 --eval-iters 0 --lr 3e-4 \
         --attention-dropout 0 --hidden-dropout 0 --mock-data --tokenizer-type NullTokenizer --device cuda --bf16 \
         --log-dir "$dir" > "$log" 2>&1
     local rc=$?
-    python3 - "$dir/metrics.jsonl" "$log" "$t0" "$name" <<'PY'
+    python3 - "$dir/metrics.jsonl" "$log" "$t0" "$name" "$warm" <<'PY'
 import json, sys, statistics, re, datetime
-path, log, t0, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+path, log, t0, name, warm = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 try:
     rows = [json.loads(l) for l in open(path)]
 except OSError:
     print(f"RESULT ours {name} FAILED (see {log})"); sys.exit(0)
 text = open(log).read()
-steady = rows[3:] if len(rows) > 5 else rows[1:]
+steady = rows[warm:] if len(rows) > warm else rows[1:]
 ms = statistics.median(r["elapsed_ms_per_iteration"] for r in steady)
 tok = statistics.median(r["tokens_per_sec_per_gpu"] for r in steady)
 tfl = statistics.median(r["tflops_per_gpu"] for r in steady)
@@ -52,10 +60,10 @@ PY
     return $rc
 }
 
-torch_run() { # name, args...
-    local name=$1
-    shift
-    python3 "$SHARED_BENCH/torch_llama.py" "$@" --steps 10 --warmup 3 --compile 1 --tag "$name" \
+torch_run() { # name, warm steps, measured steps, args...
+    local name=$1 warm=$2 measure=$3
+    shift 3
+    python3 "$SHARED_BENCH/torch_llama.py" "$@" --steps "$measure" --warmup "$warm" --compile 1 --tag "$name" \
         > "$OUTDIR/torch_$name.log" 2>&1
     grep '^RESULT' "$OUTDIR/torch_$name.log" | sed "s/^RESULT/RESULT torch/" || echo "RESULT torch $name FAILED"
 }
@@ -78,21 +86,21 @@ GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 10
 
 {
 if [ "$WHICH" = all ] || [ "$WHICH" = llama ] || [ "$WHICH" = ours-only ]; then
-    ours llama-1.5b "${LLAMA[@]}" --global-batch-size 4
-    ours llama-1.5b-x8 "${LLAMA[@]}" --global-batch-size 32
-    ours llama-1.5b-recompute "${LLAMA[@]}" --global-batch-size 4 --recompute-granularity selective
+    ours llama-1.5b "$WARM" "$MEASURE" "${LLAMA[@]}" --global-batch-size 4
+    ours llama-1.5b-x8 3 7 "${LLAMA[@]}" --global-batch-size 32
+    ours llama-1.5b-recompute "$WARM" "$MEASURE" "${LLAMA[@]}" --global-batch-size 4 --recompute-granularity selective
 fi
 if [ "$WHICH" = all ] || [ "$WHICH" = gpt2 ] || [ "$WHICH" = ours-only ]; then
-    ours gpt2-124m "${GPT2[@]}"
+    ours gpt2-124m "$WARM" "$MEASURE" "${GPT2[@]}"
 fi
 if [ "$WHICH" != ours-only ]; then
     if [ "$WHICH" = all ] || [ "$WHICH" = llama ] || [ "$WHICH" = torch-only ]; then
-        torch_run llama-1.5b --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4
-        torch_run llama-1.5b-x8 --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4 --accum 8
+        torch_run llama-1.5b "$WARM" "$MEASURE" --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4
+        torch_run llama-1.5b-x8 3 7 --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4 --accum 8
         floor_run llama-1.5b --layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4
     fi
     if [ "$WHICH" = all ] || [ "$WHICH" = gpt2 ] || [ "$WHICH" = torch-only ]; then
-        torch_run gpt2-124m --arch gpt2 --layers 12 --hidden 768 --heads 12 --kv-heads 12 --ffn 3072 --vocab 50257 --seq 1024 --mbs 64
+        torch_run gpt2-124m "$WARM" "$MEASURE" --arch gpt2 --layers 12 --hidden 768 --heads 12 --kv-heads 12 --ffn 3072 --vocab 50257 --seq 1024 --mbs 64
         floor_run gpt2-124m --layers 12 --hidden 768 --heads 12 --kv-heads 12 --ffn 3072 --vocab 50257 --seq 1024 --mbs 64 --swiglu 0
         # the floor of our GPT-2 run's own head: Megatron's padded vocabulary (cuBLASLt runs the
         # 50257-column LM head at ~131 TFLOP/s, which makes the floor above slower than both trainers)
