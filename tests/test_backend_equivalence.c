@@ -14,7 +14,8 @@
  * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
  * MC_CUDA_DEBUG_SYNC=1 makes the backend synchronize after every kernel, so a faulting
  * kernel is named by its op; MC_TEST_ONLY=<substring> runs only the matching tests;
- * MC_TEST_BENCH=1 also times the main kernels at training sizes. */
+ * MC_TEST_BENCH=1 also times the main kernels at training sizes (MC_TEST_BENCH=xent: those
+ * whose name contains "xent"). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1384,8 +1385,15 @@ static double now_s(void) {
 
 /* Times `stmt` (average of `it` runs after 2 warm-ups) and prints the bandwidth for `bytes`
  * moved per run, or the FLOP rate when flops > 0. */
+/* MC_TEST_BENCH=1: every benchmark; any other value: those whose name contains it. */
+static bool bench_selected(const char *name) {
+    const char *f = getenv("MC_TEST_BENCH");
+    return !f || strcmp(f, "1") == 0 || strstr(name, f) != NULL;
+}
+
 #define BENCH(name, bytes, flops, stmt)                                                                 \
     do {                                                                                                \
+        if (!bench_selected(name)) break;                                                              \
         const int it = 10;                                                                              \
         for (int w_ = 0; w_ < 2; w_++) { stmt; }                                                        \
         gpu->sync(gpu);                                                                                 \
