@@ -141,8 +141,6 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     return (int64_t)zeros;
 }
 
-void mc_optimizer_zero_grads(mc_optimizer *o) { mc_model_zero_grads(o->model); }
-
 void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale) {
     mc_model *m = o->model;
     MC_ASSERT(o->pending_loss_scale == 0, "mc_optimizer_step: the previous step was not finished");
@@ -169,7 +167,7 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale)
         .clip_grad = o->clip_grad,
     };
     o->be->adamw(o->be, &d);
-    mc_optimizer_zero_grads(o);
+    mc_model_zero_grads(m);
     o->pending_loss_scale = loss_scale;
 }
 

@@ -66,7 +66,5 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale)
  * norm is not finite, in which case parameters, moments and the step count are as before
  * (the caller skips the iteration on fp16 or reports the error). */
 bool mc_optimizer_finish_step(mc_optimizer *o, double *grad_norm);
-/* Zeroes the gradients without an update. */
-void mc_optimizer_zero_grads(mc_optimizer *o);
 
 #endif
