@@ -15,7 +15,9 @@
 # measures how warm the previous run left the GPU as much as the trainer: defaults 10 + 20
 # steps for the one-micro-batch and GPT-2 shapes, 3 + 7 for the 8-micro-batch one (whose
 # steps are 8 times longer).
-#   [MC_BENCH_WARM=10] [MC_BENCH_MEASURE=20] bench/gpu_train.sh BUILD_DIR [SHARED_BENCH_DIR] [which: all|llama|gpt2|torch-only|ours-only]
+# With CLOCKS=nvidia-smi's CSV (timestamp, clocks.sm, ...; run_carried.sh samples it) the
+# table also gives the SM clock's median over each side's measured steps.
+#   [MC_BENCH_WARM=10] [MC_BENCH_MEASURE=20] [CLOCKS=csv] bench/gpu_train.sh BUILD_DIR [SHARED_BENCH_DIR] [which: all|llama|gpt2|torch-only|ours-only]
 set -uo pipefail
 BUILD=${1:-build}
 SHARED_BENCH=${2:-${MC_SHARED_DIR:-../shared}/bench}
@@ -52,10 +54,13 @@ tfl = statistics.median(r["tflops_per_gpu"] for r in steady)
 m = re.search(r"max allocated: ([0-9.]+)", text)
 mem = float(m.group(1)) / 1024 if m else float("nan")
 # launch -> first iteration: the timestamp of the iteration-1 line
-m1 = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration +1/", text)
-first = (datetime.datetime.strptime(m1.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp() - t0) if m1 else float("nan")
+stamps = [datetime.datetime.strptime(t, "%Y-%m-%d %H:%M:%S.%f").timestamp()
+          for t in re.findall(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration +\d+/", text)]
+first = stamps[0] - t0 if stamps else float("nan")
+# the measured steps' span (wall clock), for the SM clock over them
+window = [stamps[warm - 1], stamps[-1]] if len(stamps) > warm else []
 print("RESULT ours " + json.dumps(dict(name=name, step_ms=ms, tok_s=tok, tflops=tfl, mfu=tfl / 989, mem_gb=mem,
-                                         first_iter_s=first, loss_last=rows[-1]["lm_loss"])))
+                                         first_iter_s=first, loss_last=rows[-1]["lm_loss"], window=window)))
 PY
     return $rc
 }
@@ -63,8 +68,11 @@ PY
 torch_run() { # name, warm steps, measured steps, args...
     local name=$1 warm=$2 measure=$3
     shift 3
-    python3 "$SHARED_BENCH/torch_llama.py" "$@" --steps "$measure" --warmup "$warm" --compile 1 --tag "$name" \
-        > "$OUTDIR/torch_$name.log" 2>&1
+    # END: when its RESULT line came out, just after its measured steps
+    python3 "$SHARED_BENCH/torch_llama.py" "$@" --steps "$measure" --warmup "$warm" --compile 1 --tag "$name" 2>&1 |
+        tee "$OUTDIR/torch_$name.log" | while IFS= read -r l; do
+            case $l in RESULT*) echo "END torch $name $measure $(date +%s.%N)" ;; esac
+        done
     grep '^RESULT' "$OUTDIR/torch_$name.log" | sed "s/^RESULT/RESULT torch/" || echo "RESULT torch $name FAILED"
 }
 
@@ -109,10 +117,28 @@ if [ "$WHICH" != ours-only ]; then
 fi
 } | tee "$OUTDIR/results.txt"
 
-python3 - "$OUTDIR/results.txt" <<'PY'
-import json, re, sys
-ours, torch, floor = {}, {}, {}
+python3 - "$OUTDIR/results.txt" "${CLOCKS:-}" <<'PY'
+import csv, datetime, json, re, statistics, sys
+ours, torch, floor, ends = {}, {}, {}, {}
+clocks = []  # (epoch s, SM MHz) from nvidia-smi's CSV (run_carried.sh samples it)
+if len(sys.argv) > 2 and sys.argv[2]:
+    try:
+        rows = list(csv.reader(open(sys.argv[2])))
+    except OSError:
+        rows = []
+    for r in rows:
+        try:  # the sampler is still writing: a line may be cut short
+            t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            clocks.append((t, float(r[1].split()[0])))
+        except (IndexError, ValueError):
+            pass
+def mhz(lo, hi):  # the SM clock's median over [lo, hi]
+    sel = [c for t, c in clocks if lo <= t <= hi]
+    return f"{statistics.median(sel):.0f}" if sel else "-"
 for line in open(sys.argv[1]):
+    if line.startswith("END torch "):
+        _, _, tag, measure, t = line.split()
+        ends[tag] = (int(measure), float(t))
     if line.startswith("RESULT ours {"):
         r = json.loads(line[len("RESULT ours "):]); ours[r["name"]] = r
     elif line.startswith("RESULT torch {"):
@@ -122,7 +148,8 @@ for line in open(sys.argv[1]):
         if m: floor[m.group(1)] = float(m.group(2).replace(",", ""))
 print()
 print(f"{'shape':16s} {'ours tok/s':>11s} {'torch tok/s':>12s} {'floor tok/s':>12s} {'ours/torch':>10s} {'ours/floor':>10s}"
-      f" {'ours TFLOP/s':>12s} {'ours MFU':>8s} {'ours GB':>8s} {'torch GB':>8s} {'1st iter s':>10s}")
+      f" {'ours TFLOP/s':>12s} {'ours MFU':>8s} {'ours GB':>8s} {'torch GB':>8s} {'1st iter s':>10s}"
+      f" {'ours MHz':>8s} {'torch MHz':>9s}")
 for name in ["llama-1.5b", "llama-1.5b-x8", "llama-1.5b-recompute", "gpt2-124m"]:
     base = name.replace("-x8", "").replace("-recompute", "")
     # GPT-2: the floor at the padded vocabulary our run uses, when measured
@@ -131,7 +158,11 @@ for name in ["llama-1.5b", "llama-1.5b-x8", "llama-1.5b-recompute", "gpt2-124m"]
         return format(d[k], fmt) if d and k in d else "-"
     ratio_t = f"{o['tok_s'] / t['tok_s_per_gpu']:.3f}" if o and t else "-"
     ratio_f = f"{o['tok_s'] / f:.3f}" if o and f else "-"
+    # the SM clock over each side's measured steps (torch's: the last `measure` steps before its end)
+    o_mhz = mhz(*o["window"]) if o and len(o.get("window", [])) == 2 else "-"
+    tag = base if name.endswith("-recompute") else name
+    t_mhz = mhz(ends[tag][1] - ends[tag][0] * t["step_s"], ends[tag][1]) if t and tag in ends else "-"
     print(f"{name:16s} {g(o,'tok_s','11.0f')} {g(t,'tok_s_per_gpu','12.0f')} {format(f,'12.0f') if f else '           -'} "
           f"{ratio_t:>10s} {ratio_f:>10s} {g(o,'tflops','12.1f')} {g(o,'mfu','8.3f')} {g(o,'mem_gb','8.1f')} "
-          f"{g(t,'mem_gb','8.1f')} {g(o,'first_iter_s','10.2f')}")
+          f"{g(t,'mem_gb','8.1f')} {g(o,'first_iter_s','10.2f')} {o_mhz:>8s} {t_mhz:>9s}")
 PY
