@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of two megatron-c builds (or one build with and without extra flags) on the GPU bench
-# shapes, interleaved A B A B ... in one call, so that the GPU's power and clock state (it
+# shapes, interleaved A B B A A B ... in one call, so that the GPU's power and clock state (it
 # runs at its power cap under these loads) hits both sides alike. Prints the median steady
 # tokens/s of every run and the per-side medians.
 #   [AB_FLAGS="flags for both sides"] bench/gpu_ab.sh BIN_A BIN_B [rounds] [shape: llama|llama-x8|gpt2] [-- extra flags for B]
@@ -30,9 +30,16 @@ steady = rows[3:] if len(rows) > 5 else rows[1:]
 print(f"AB {sys.argv[2]} round {sys.argv[3]}: {statistics.median(r['tokens_per_sec_per_gpu'] for r in steady):.0f} tok/s")
 PY
 }
+# A B, then B A, and so on: neither side always follows the other (the GPU's state drifts
+# as it heats, so a fixed order would favour one side)
 for r in $(seq 1 "$ROUNDS"); do
-    run A "$A" "$r"
-    run B "$B" "$r" "${EXTRA_B[@]}"
+    if [ $((r % 2)) = 1 ]; then
+        run A "$A" "$r"
+        run B "$B" "$r" "${EXTRA_B[@]}"
+    else
+        run B "$B" "$r" "${EXTRA_B[@]}"
+        run A "$A" "$r"
+    fi
 done 2>&1 | tee "$OUTDIR/${SHAPE}.txt"
 python3 - "$OUTDIR/${SHAPE}.txt" <<'PY'
 import re, sys, statistics
