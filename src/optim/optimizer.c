@@ -176,9 +176,8 @@ bool mc_optimizer_finish_step(mc_optimizer *o, double *grad_norm) {
     o->be->wait_copies(o->be);
     double s = *o->sumsq_host, loss_scale = o->pending_loss_scale;
     o->pending_loss_scale = 0;
-    *grad_norm = sqrt(s) / loss_scale;
-    float factor;
-    bool taken = mc_adamw_clip_scale(s, loss_scale, o->clip_grad, &factor);
+    *grad_norm = sqrt(s) / loss_scale; /* the update skipped exactly when this is not finite */
+    bool taken = isfinite(*grad_norm);
     if (!taken) o->step--;
     return taken;
 }

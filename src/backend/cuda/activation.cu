@@ -106,8 +106,8 @@ void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const 
 /* silu(a) u: the forward and the backward's rewrite of y share it, so both round alike. */
 __device__ __forceinline__ float swiglu_out(float a, float u) { return a * sigmoidf_(a) * u; }
 
-/* I indexes the groups: uint32_t when rows x groups fits in 32 bits (the index split is then
- * a 32-bit division, as in rope.cu), int64_t otherwise. */
+/* I indexes the groups: uint32_t when the grid-stride loop fits in 32 bits
+ * (mc_cuda_loop_fits_u32), int64_t otherwise. */
 template <typename T, bool VEC, typename I>
 __global__ void swiglu_fwd_kernel(T *y, const T *x, I rows, I f) {
     const I gpr = (f + 7) / 8, total = rows * gpr;
@@ -150,16 +150,11 @@ __global__ void swiglu_bwd_kernel(T *dx, T *y, const T *dy, const T *x, I rows, 
     }
 }
 
-/* Whether the grid-stride loop over rows x groups (and one grid's step past it) fits in 32 bits. */
-static bool swiglu_index32(const mc_cuda_state *st, int64_t rows, int64_t f) {
-    return rows * ((f + 7) / 8) + (int64_t)st->sm_count * st->max_threads_per_sm < ((int64_t)1 << 32);
-}
-
 template <typename T>
 static void launch_swiglu_fwd(mc_cuda_state *st, T *y, const T *x, int64_t rows, int64_t f) {
     bool vec = f % 8 == 0 && mc_cuda_aligned16(y) && mc_cuda_aligned16(x);
     unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
-    if (swiglu_index32(st, rows, f)) {
+    if (mc_cuda_loop_fits_u32(rows * ((f + 7) / 8), grid, 256)) {
         uint32_t r = (uint32_t)rows, c = (uint32_t)f;
         if (vec) swiglu_fwd_kernel<T, true, uint32_t><<<grid, 256, 0, st->stream>>>(y, x, r, c);
         else swiglu_fwd_kernel<T, false, uint32_t><<<grid, 256, 0, st->stream>>>(y, x, r, c);
@@ -175,7 +170,7 @@ static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const
     bool vec = f % 8 == 0 && mc_cuda_aligned16(dx) && mc_cuda_aligned16(dy) && mc_cuda_aligned16(x) &&
                (!y || mc_cuda_aligned16(y));
     unsigned grid = mc_cuda_grid(st, rows * ((f + 7) / 8), 256);
-    if (swiglu_index32(st, rows, f)) {
+    if (mc_cuda_loop_fits_u32(rows * ((f + 7) / 8), grid, 256)) {
         uint32_t r = (uint32_t)rows, c = (uint32_t)f;
         if (vec) swiglu_bwd_kernel<T, true, uint32_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, r, c);
         else swiglu_bwd_kernel<T, false, uint32_t><<<grid, 256, 0, st->stream>>>(dx, y, dy, x, r, c);

@@ -12,9 +12,8 @@
  * stores it, leaving the key heads to this kernel (keys_only). */
 #include "backend/cuda/cuda_internal.h"
 
-/* I indexes the pair groups: uint32_t when the grid-stride loop fits in 32 bits (the
- * index splits are then 32-bit divisions; the 64-bit ones held the kernel at ~3 TB/s on
- * the H200), int64_t otherwise. */
+/* I indexes the pair groups: uint32_t when the grid-stride loop fits in 32 bits
+ * (mc_cuda_loop_fits_u32), int64_t otherwise. */
 template <typename T, bool VEC, typename I>
 __global__ void rope_kernel(T *qkv, const float *cos_tab, const float *sin_tab, const int32_t *pos, int64_t max_pos,
                             I ntok, int64_t batch, int groups, int per_group, int d, int half, float sign, int *err,
@@ -77,7 +76,7 @@ static void launch(mc_cuda_state *st, T *qkv, const mc_rope_desc *d, const int32
     unsigned grid = mc_cuda_grid(st, total, 256);
     float sign = inverse ? -1.0f : 1.0f;
     const float *c = (const float *)d->cos.data, *s = (const float *)d->sin.data;
-    if (total + (int64_t)grid * 256 <= (int64_t)UINT32_MAX)
+    if (mc_cuda_loop_fits_u32(total, grid, 256))
         rope_launch<T, uint32_t>(st, vec, grid, qkv, c, s, pos, max_pos, (uint32_t)ntok, d, per_group, half, sign,
                                  slot0);
     else
