@@ -36,8 +36,12 @@ static void config(mc_config *c, mc_device_choice dev, int mbs, int gbs) {
 }
 
 /* Runs STEPS iterations, evaluating on one validation batch after each when `eval`.
- * Without evaluation, checks that the steps' elapsed_ms add up to the loop's time (up to
- * the host's work before the first step's clock starts and after the last one's stops). */
+ * Without evaluation, checks that the elapsed_ms of steps 2..STEPS add up to the time from
+ * step 1's return to mc_trainer_finish. The wall clock starts after step 1 so that the
+ * loader's start (before step 1's clock) stays out of it; what is then outside both sums is
+ * a few microseconds of host work, while a step counted twice or lost would move the sum
+ * by a whole step. The bound is therefore half the shortest step, not a ratio that a
+ * loaded machine's scheduler can break. */
 static int run(const mc_config *c, bool eval, double *loss, double *norm) {
     mc_err err;
     mc_trainer *t = mc_trainer_create(c, &err);
@@ -45,7 +49,7 @@ static int run(const mc_config *c, bool eval, double *loss, double *norm) {
         CHECK(0, "%s", err.msg);
         return -1;
     }
-    double sum_ms = 0, t0 = mc_time_now();
+    double sum_ms = 0, min_ms = INFINITY, t0 = 0;
     for (int i = 0; i < STEPS; i++) {
         mc_step_stats st;
         double vl;
@@ -56,13 +60,19 @@ static int run(const mc_config *c, bool eval, double *loss, double *norm) {
         }
         loss[i] = st.lm_loss;
         norm[i] = st.grad_norm;
-        sum_ms += st.elapsed_ms;
+        if (i > 0) {
+            sum_ms += st.elapsed_ms;
+            min_ms = fmin(min_ms, st.elapsed_ms);
+        } else {
+            t0 = mc_time_now();
+        }
     }
     mc_trainer_finish(t);
     double wall_ms = (mc_time_now() - t0) * 1e3;
     if (!eval) {
-        CHECK(sum_ms <= wall_ms && sum_ms > 0.95 * wall_ms, "the %d steps' times add up to %.3f ms, the loop took %.3f ms",
-              STEPS, sum_ms, wall_ms);
+        CHECK(fabs(wall_ms - sum_ms) < 0.5 * min_ms,
+              "steps 2..%d's times add up to %.3f ms, the loop took %.3f ms (the shortest step %.3f ms)", STEPS,
+              sum_ms, wall_ms, min_ms);
     }
     mc_trainer_free(t);
     return 0;
