@@ -102,6 +102,8 @@ typedef struct mc_train_config {
     int64_t eval_iters;
     int64_t log_interval;
     int64_t exit_interval;                      /* 0: off; stop after an iteration divisible by it */
+    double exit_duration_in_mins;               /* 0: off; stop (saving first) once training ran this long */
+    bool exit_signal_handler;                   /* on SIGTERM: finish the iteration, save, exit 0 */
     mc_device_choice device;
     bool deterministic_mode;
     /* --recompute-granularity: 0 none, 1 selective (backward recomputes the norm outputs
@@ -160,6 +162,19 @@ typedef struct mc_log_config {
     char *export_params;
 } mc_log_config;
 
+/* Checkpoints (Megatron's flags; the format is Megatron-C's own, see src/ckpt/ckpt.h). */
+typedef struct mc_ckpt_config {
+    char *save, *load;            /* directories (SAVE/iter_0000100/, the tracker file) */
+    char *pretrained_checkpoint;  /* loaded as with --finetune when --load holds none */
+    int64_t save_interval;        /* 0: save only at the end of training and at early exits */
+    bool no_save_optim, no_save_rng, no_load_optim, no_load_rng;
+    bool finetune;                /* load the weights only; iteration and samples from 0 */
+    int64_t ckpt_step;            /* load that iteration instead of the newest; -1: unset */
+    bool async_save;              /* write checkpoints in the background */
+    bool exit_on_missing_checkpoint;
+    bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
+} mc_ckpt_config;
+
 typedef struct mc_precision_config {
     bool bf16, fp16;          /* mutually exclusive; fp16 trains with loss scaling */
     /* fp16 loss scaling (Megatron's flags; ignored without fp16). loss_scale > 0 is a
@@ -181,6 +196,7 @@ typedef struct mc_config {
     mc_parallel_config parallel;
     mc_precision_config precision;
     mc_log_config log;
+    mc_ckpt_config ckpt;
 } mc_config;
 
 /* Megatron's defaults (core_v0.15) for every field. */
@@ -235,13 +251,17 @@ int mc_trainer_step(mc_trainer *t, mc_step_stats *stats, mc_err *err);
 void mc_trainer_finish(mc_trainer *t);
 /* Mean lm loss over `iters` global batches of the validation (split 1) or test (2) set. */
 int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss, mc_err *err);
-/* Runs the whole job as `megatron-c train`: the loop, periodic eval, logging. */
+/* Runs the whole job as `megatron-c train`: the loop, periodic eval, logging, checkpoints
+ * (--save, --save-interval) and the early exits (--exit-interval, --exit-duration-in-mins,
+ * --exit-signal-handler), which save first. */
 int mc_trainer_run(mc_trainer *t, mc_err *err);
 /* Greedy continuation of `prompt` (token ids) by `n` tokens into out (length n). */
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
 /* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
  * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);
+/* Saves a checkpoint of the current state into cfg.ckpt.save (every rank calls it). */
+int mc_trainer_save_checkpoint(mc_trainer *t, mc_err *err);
 int64_t mc_trainer_num_params(const mc_trainer *t);
 void mc_trainer_free(mc_trainer *t);
 

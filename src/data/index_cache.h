@@ -30,35 +30,8 @@
 #include <stdio.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "data/split.h"
-
-/* ---- files ------------------------------------------------------------------------- */
-
-/* A file written under a temporary name in the target's directory and renamed over the
- * target by commit; abort (or a failed commit) removes the temporary file. */
-typedef struct mc_atomic_file {
-    FILE *f;
-    char *path, *tmp;
-} mc_atomic_file;
-
-int mc_atomic_file_open(mc_atomic_file *af, const char *path, mc_err *err);
-int mc_atomic_file_write(mc_atomic_file *af, const void *data, size_t n, mc_err *err);
-/* fflush + fsync + close + rename + fsync of the directory. */
-int mc_atomic_file_commit(mc_atomic_file *af, mc_err *err);
-/* Safe on a zeroed or already committed/aborted struct. */
-void mc_atomic_file_abort(mc_atomic_file *af);
-/* Finishes the temporary file (flush, fsync, close) without renaming it, for writers that
- * publish several files together: commit them with mc_atomic_file_rename afterwards. */
-int mc_atomic_file_finish(mc_atomic_file *af, mc_err *err);
-int mc_atomic_file_rename(mc_atomic_file *af, mc_err *err);
-
-int mc_write_file_atomic(const char *path, const void *data, size_t n, mc_err *err);
-/* Reads a whole file (malloc'd, NUL-terminated); errors name the path. */
-int mc_read_file(const char *path, char **data, size_t *n, mc_err *err);
-/* mkdir -p. */
-int mc_mkdirs(const char *dir, mc_err *err);
-/* The directory part of path ("." when there is none), malloc'd. */
-char *mc_path_dirname(const char *path);
 
 /* ---- md5 ----------------------------------------------------------------------------- */
 

@@ -215,6 +215,14 @@ void mc_model_local_to_global(const mc_model *m, const mc_param *p, int64_t row,
 void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_rank, int64_t row, int64_t col,
                                  int64_t *grow, int64_t *gcol);
 
+/* The elements of parameter p that no other tensor-parallel rank also holds, or that this
+ * rank stands for among those that do: a count of leading elements (0: none). Replicated
+ * parameters are TP rank 0's; the key and value rows of a query group replicated over
+ * several TP ranks (groups < TP) are the group's first rank's, the others keeping their
+ * query rows only. Norms count these once (as Megatron's get_grad_norm_fp32 leaves
+ * duplicates out), and checkpoints store each element once. */
+int64_t mc_model_unique_prefix(const mc_model *m, const mc_param *p);
+
 /* The first backward's head chunk (see mc_model.head_chunk_first): `rows` (0: none), at
  * most what the borrowed range and the head's row statistics hold. The plan sets it on a
  * GPU, where it is longer than head_chunk (a GPU's chunk is bounded by memory; the CPU's

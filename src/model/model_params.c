@@ -202,6 +202,16 @@ void mc_model_local_to_global_on(const mc_model *m, const mc_param *p, int tp_ra
     }
 }
 
+int64_t mc_model_unique_prefix(const mc_model *m, const mc_param *p) {
+    if (p->split == MC_TP_REPLICATED) return m->tp_rank == 0 ? p->numel : 0;
+    int g = m->cfg.num_query_groups;
+    if (p->split == MC_TP_QKV_ROWS && g < m->tp && m->tp_rank % (m->tp / g) != 0) {
+        int64_t q_rows = (int64_t)m->heads_local * m->cfg.kv_channels;
+        return q_rows * p->shape[1]; /* the query heads are this rank's own; k and v repeat */
+    }
+    return p->numel;
+}
+
 void mc_model_init_params(mc_model *m, uint64_t seed) {
     mc_backend *be = m->be;
     be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(m->param_dtype));

@@ -3,20 +3,6 @@
 #include <math.h>
 #include <string.h>
 
-/* The part of parameter p that this rank counts in norms: tensor-parallel duplicates
- * (replicated parameters on TP ranks other than 0; key/value rows of a query group
- * replicated over several TP ranks, on all but the group's first rank) are left out.
- * Returns the number of leading elements counted (0: none). */
-static int64_t counted_prefix(const mc_model *m, const mc_param *p) {
-    if (p->split == MC_TP_REPLICATED) return m->tp_rank == 0 ? p->numel : 0;
-    int g = m->cfg.num_query_groups;
-    if (p->split == MC_TP_QKV_ROWS && g < m->tp && m->tp_rank % (m->tp / g) != 0) {
-        int64_t q_rows = (int64_t)m->heads_local * m->cfg.kv_channels;
-        return q_rows * p->shape[1]; /* the query heads are this rank's own; k and v repeat */
-    }
-    return p->numel;
-}
-
 /* Appends the intersection of [a, a+n) with [lo, hi) as a segment; returns 1 if any. */
 static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, int64_t hi, int64_t state_base) {
     int64_t s = a > lo ? a : lo, e = a + n < hi ? a + n : hi;
@@ -59,7 +45,7 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
             MC_ASSERT(o->nsegments < cap && o->nnorm < cap);
             if (add_range(&o->segments[o->nsegments], p->offset, p->numel, lo, hi, state_base))
                 o->no_wd[o->nsegments++] = p->no_weight_decay;
-            int64_t counted = counted_prefix(m, p);
+            int64_t counted = mc_model_unique_prefix(m, p);
             if (add_range(&o->state_norm_segments[o->nnorm], p->offset, counted, lo, hi, state_base)) {
                 o->norm_segments[o->nnorm] = o->state_norm_segments[o->nnorm];
                 o->norm_segments[o->nnorm].offset = o->norm_segments[o->nnorm].grad_offset;

@@ -146,6 +146,11 @@ struct mc_backend {
     /* Waits until every asynchronous copy issued so far, and the work queued before it, is
      * done; not for the work queued after the last one (as sync would). */
     void (*wait_copies)(mc_backend *);
+    /* A device-to-host copy off the backend's stream, for another thread (a checkpoint
+     * writer) while the stream runs other work: it returns when the copy is done, without
+     * waiting for the stream or ordering with it, so the caller makes sure nothing writes
+     * src meanwhile. dst from host_alloc is fastest. On the CPU it is memcpy. */
+    void (*copy_d2h_side)(mc_backend *, void *dst, const void *src, size_t bytes);
     void (*zero)(mc_backend *, void *dst, size_t bytes);
     void (*sync)(mc_backend *);
     /* dst = src converted elementwise (F32 <-> BF16/F16, same numel). */

@@ -47,6 +47,7 @@ void mc_config_init(mc_config *c) {
     t->log_interval = 100;
     t->device = MC_DEVICE_AUTO;
     c->log.sample_tokens = 64;
+    c->ckpt.ckpt_step = -1;
 
     mc_parallel_config *p = &c->parallel;
     p->tensor_model_parallel_size = 1;
@@ -68,7 +69,8 @@ void mc_config_init(mc_config *c) {
      &(c)->data.vocab_file,      &(c)->data.merge_file,      &(c)->data.tokenizer_model,                \
      &(c)->data.text_data_path,  &(c)->data.train_data_path, &(c)->data.valid_data_path,                \
      &(c)->data.test_data_path,  &(c)->log.log_dir,          &(c)->log.sample_prompt,                   \
-     &(c)->log.export_params}
+     &(c)->log.export_params,    &(c)->ckpt.save,            &(c)->ckpt.load,                           \
+     &(c)->ckpt.pretrained_checkpoint}
 
 void mc_config_free(mc_config *c) {
     char **strs[] = MC_CONFIG_STRINGS(c);
@@ -286,6 +288,25 @@ static int validate_schedule(mc_config *c, mc_err *err) {
     return MC_OK;
 }
 
+/* The checkpoint flags (Megatron's arguments.py rules, plus the combinations that would
+ * silently do nothing). */
+static int validate_ckpt(const mc_config *c, mc_err *err) {
+    const mc_ckpt_config *k = &c->ckpt;
+    bool load = k->load || k->pretrained_checkpoint;
+    if (k->ckpt_step >= 0 && !k->load) return mc_err_set(err, "--ckpt-step %lld needs --load", (long long)k->ckpt_step);
+    if (k->finetune && !load) return mc_err_set(err, "--finetune needs --load (or --pretrained-checkpoint)");
+    if (k->async_save && !k->save) return mc_err_set(err, "--async-save needs --save");
+    if (k->save_interval > 0 && !k->save) return mc_err_set(err, "--save-interval %lld needs --save", (long long)k->save_interval);
+    if (k->override_opt_param_scheduler && k->use_checkpoint_opt_param_scheduler)
+        return mc_err_set(err, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are mutually "
+                               "exclusive");
+    if (k->exit_on_missing_checkpoint && !load)
+        return mc_err_set(err, "--exit-on-missing-checkpoint needs --load");
+    if (c->train.exit_duration_in_mins < 0)
+        return mc_err_set(err, "--exit-duration-in-mins %g must be positive", c->train.exit_duration_in_mins);
+    return MC_OK;
+}
+
 /* --fp16/--bf16 and the loss-scaling flags (Megatron's arguments.py and the assertions of
  * its DynamicGradScaler). Without --fp16 the loss-scaling flags are ignored, as in
  * Megatron, with a note: launch scripts often keep them while switching to --bf16. */
@@ -334,6 +355,7 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
         p->sequence_parallel = false; /* Megatron: "disabling sequence parallelism because TP == 1" */
     }
     MC_TRY(validate_precision(c, err));
+    MC_TRY(validate_ckpt(c, err));
     if (c->train.recompute_activations) c->train.recompute_granularity = 1;
     if (c->train.recompute_granularity == 2)
         return mc_err_set(err, "--recompute-granularity full: whole-layer recomputation is not in this version yet "

@@ -50,7 +50,6 @@ static const mc_arg_choice k_recompute[] = {{"selective", 1}, {"full", 2}, {NULL
 static const mc_arg_choice k_dataloader[] = {{"single", 0}, {"cyclic", 1}, {NULL, 0}};
 
 #define NOT_DIST "multi-rank training arrives with the MPI/NCCL transport (Distributed training I)"
-#define NOT_CKPT "checkpoints are not in this version yet; nothing would be saved or loaded"
 #define NOT_FP8 "fp8 training is not in this version yet"
 #define NOT_MOE "mixture-of-experts layers are not in this version yet"
 #define NOT_PP "pipeline parallelism is not in this version yet"
@@ -171,8 +170,6 @@ static const mc_arg_spec k_flags[] = {
     {"--adam-beta2", MC_ARG_FLOAT, F(optim.adam_beta2), "Adam beta2", RANGE(0, 0.999999999)},
     {"--adam-eps", MC_ARG_FLOAT, F(optim.adam_eps), "Adam epsilon", RANGE(0, 1)},
     {"--clip-grad", MC_ARG_FLOAT, F(optim.clip_grad), "global gradient-norm clip (0: off)", RANGE(0, 1e12)},
-    {"--use-checkpoint-opt_param-scheduler", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "no checkpoints yet (ignored)"},
-    {"--override-opt_param-scheduler", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "no checkpoints yet (ignored)"},
     {"--cpu-optimizer", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "optimizer offload arrives with the memory work (alias of --optimizer-cpu-offload)"},
     {"--optimizer-cpu-offload", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "optimizer offload arrives with the memory work"},
     {"--cpu-optimizer-type", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "optimizer offload arrives with the memory work"},
@@ -230,18 +227,32 @@ static const mc_arg_spec k_flags[] = {
     {"--legacy-tokenizer", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "one tokenizer implementation (ignored)"},
 
     /* ---- checkpoints ---- */
-    {"--save", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_CKPT},
-    {"--load", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_CKPT},
-    {"--save-interval", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_CKPT},
-    {"--ckpt-format", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_CKPT},
-    {"--pretrained-checkpoint", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = NOT_CKPT},
-    {"--finetune", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--no-save-optim", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--no-load-optim", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--no-save-rng", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--no-load-rng", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--async-save", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
-    {"--use-dist-ckpt", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = NOT_CKPT},
+    {"--save", MC_ARG_STRING, F(ckpt.save), "directory to save checkpoints in (iter_0000100/, latest_checkpointed_iteration.txt)"},
+    {"--load", MC_ARG_STRING, F(ckpt.load), "directory to resume from (its newest valid checkpoint; none there: start fresh)"},
+    {"--save-interval", MC_ARG_INT64, F(ckpt.save_interval), "iterations between checkpoints (default: at the end and at early exits only)", RANGE(1, 1e15)},
+    {"--no-save-optim", MC_ARG_TRUE, F(ckpt.no_save_optim), "save the weights without Adam's state"},
+    {"--no-save-rng", MC_ARG_TRUE, F(ckpt.no_save_rng), "save no RNG state"},
+    {"--no-load-optim", MC_ARG_TRUE, F(ckpt.no_load_optim), "load the weights but not Adam's state or the LR schedule"},
+    {"--no-load-rng", MC_ARG_TRUE, F(ckpt.no_load_rng), "keep this run's --seed for dropout instead of the checkpoint's"},
+    {"--finetune", MC_ARG_TRUE, F(ckpt.finetune), "load the weights only and start at iteration 0"},
+    {"--ckpt-step", MC_ARG_INT64, F(ckpt.ckpt_step), "load this iteration instead of the newest", RANGE(0, 1e15)},
+    {"--async-save", MC_ARG_TRUE, F(ckpt.async_save), "write checkpoints in the background while training goes on"},
+    {"--pretrained-checkpoint", MC_ARG_STRING, F(ckpt.pretrained_checkpoint), "checkpoint to start from (weights only) when --load holds none"},
+    {"--exit-on-missing-checkpoint", MC_ARG_TRUE, F(ckpt.exit_on_missing_checkpoint), "fail when --load holds no checkpoint"},
+    {"--override-opt_param-scheduler", MC_ARG_TRUE, F(ckpt.override_opt_param_scheduler), "on load, take the LR schedule from the flags"},
+    {"--override-opt-param-scheduler", MC_ARG_TRUE, F(ckpt.override_opt_param_scheduler), "alias of --override-opt_param-scheduler"},
+    {"--use-checkpoint-opt_param-scheduler", MC_ARG_TRUE, F(ckpt.use_checkpoint_opt_param_scheduler), "on load, take the LR schedule from the checkpoint"},
+    {"--use-checkpoint-opt-param-scheduler", MC_ARG_TRUE, F(ckpt.use_checkpoint_opt_param_scheduler), "alias of --use-checkpoint-opt_param-scheduler"},
+    {"--exit-duration-in-mins", MC_ARG_DOUBLE, F(train.exit_duration_in_mins), "stop (saving first) after this many minutes", RANGE(1e-9, 1e12)},
+    {"--exit-signal-handler", MC_ARG_TRUE, F(train.exit_signal_handler), "on SIGTERM: finish the iteration, save, exit 0"},
+    {"--ckpt-format", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "Megatron-C writes its own pickle-free format, loadable under any parallel layout (ignored)"},
+    {"--use-dist-ckpt", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "checkpoints are always sharded and reshardable (ignored)"},
+    {"--auto-detect-ckpt-format", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "Megatron-C reads its own format only (ignored)"},
+    {"--dist-ckpt-strictness", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "every tensor must be present and fit (ignored)"},
+    {"--ckpt-fully-parallel-save", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "every rank always writes its own file (ignored)"},
+    {"--ckpt-fully-parallel-load", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "every rank always reads what it needs (ignored)"},
+    {"--ckpt-assume-constant-structure", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "the save plan is cheap to compute (ignored)"},
+    {"--non-persistent-save-interval", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "non-persistent (local) checkpoints are not in this version yet"},
 
     /* ---- logging ---- */
     {"--log-dir", MC_ARG_STRING, F(log.log_dir), "write every logged metric to DIR/metrics.jsonl (Megatron-C extension)"},

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json.h"
 #include "base/log.h"
 
 void mc_log_format_iteration(char *buf, size_t size, const mc_iter_log *l) {
@@ -82,31 +83,31 @@ static void write_json(mc_metrics_file *m, cJSON *obj) {
 void mc_metrics_write_iteration(mc_metrics_file *m, const mc_iter_log *l) {
     if (!m->f) return;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "iteration", (double)l->iteration);
-    cJSON_AddNumberToObject(o, "consumed_samples", (double)l->consumed_samples);
-    if (l->have_lm_loss) cJSON_AddNumberToObject(o, "lm_loss", l->lm_loss);
-    cJSON_AddNumberToObject(o, "learning_rate", l->learning_rate);
-    if (l->have_grad_norm) cJSON_AddNumberToObject(o, "grad_norm", l->grad_norm);
-    cJSON_AddNumberToObject(o, "loss_scale", l->loss_scale);
-    cJSON_AddNumberToObject(o, "global_batch_size", l->global_batch_size);
-    cJSON_AddNumberToObject(o, "elapsed_ms_per_iteration", l->elapsed_ms);
-    cJSON_AddNumberToObject(o, "tflops_per_gpu", l->tflops_per_gpu);
-    cJSON_AddNumberToObject(o, "tokens_per_sec_per_gpu", l->tokens_per_sec_per_gpu);
-    cJSON_AddNumberToObject(o, "mfu", l->mfu);
-    if (l->have_num_zeros) cJSON_AddNumberToObject(o, "num_zeros", (double)l->num_zeros);
-    if (l->have_params_norm) cJSON_AddNumberToObject(o, "params_norm", l->params_norm);
-    cJSON_AddNumberToObject(o, "skipped_iterations", (double)l->skipped_iters);
-    cJSON_AddNumberToObject(o, "nan_iterations", (double)l->nan_iters);
+    cJSON_AddItemToObject(o, "iteration", mc_json_number((double)l->iteration));
+    cJSON_AddItemToObject(o, "consumed_samples", mc_json_number((double)l->consumed_samples));
+    if (l->have_lm_loss) cJSON_AddItemToObject(o, "lm_loss", mc_json_number(l->lm_loss));
+    cJSON_AddItemToObject(o, "learning_rate", mc_json_number(l->learning_rate));
+    if (l->have_grad_norm) cJSON_AddItemToObject(o, "grad_norm", mc_json_number(l->grad_norm));
+    cJSON_AddItemToObject(o, "loss_scale", mc_json_number(l->loss_scale));
+    cJSON_AddItemToObject(o, "global_batch_size", mc_json_number(l->global_batch_size));
+    cJSON_AddItemToObject(o, "elapsed_ms_per_iteration", mc_json_number(l->elapsed_ms));
+    cJSON_AddItemToObject(o, "tflops_per_gpu", mc_json_number(l->tflops_per_gpu));
+    cJSON_AddItemToObject(o, "tokens_per_sec_per_gpu", mc_json_number(l->tokens_per_sec_per_gpu));
+    cJSON_AddItemToObject(o, "mfu", mc_json_number(l->mfu));
+    if (l->have_num_zeros) cJSON_AddItemToObject(o, "num_zeros", mc_json_number((double)l->num_zeros));
+    if (l->have_params_norm) cJSON_AddItemToObject(o, "params_norm", mc_json_number(l->params_norm));
+    cJSON_AddItemToObject(o, "skipped_iterations", mc_json_number((double)l->skipped_iters));
+    cJSON_AddItemToObject(o, "nan_iterations", mc_json_number((double)l->nan_iters));
     write_json(m, o);
 }
 
 void mc_metrics_write_validation(mc_metrics_file *m, int64_t iteration, const char *split, double loss) {
     if (!m->f) return;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "iteration", (double)iteration);
+    cJSON_AddItemToObject(o, "iteration", mc_json_number((double)iteration));
     cJSON_AddStringToObject(o, "split", split);
-    cJSON_AddNumberToObject(o, "lm_loss", loss);
-    cJSON_AddNumberToObject(o, "lm_loss_ppl", exp(loss < 20.0 ? loss : 20.0));
+    cJSON_AddItemToObject(o, "lm_loss", mc_json_number(loss));
+    cJSON_AddItemToObject(o, "lm_loss_ppl", mc_json_number(exp(loss < 20.0 ? loss : 20.0)));
     write_json(m, o);
 }
 

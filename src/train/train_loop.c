@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/timer.h"
 #include "train/trainer_internal.h"
 
 static void print_setup(const mc_trainer *t) {
@@ -53,6 +54,40 @@ static int evaluate_and_print(mc_trainer *t, int split, const char *prefix, mc_e
     MC_TRY(mc_trainer_evaluate(t, split, t->cfg.train.eval_iters, &loss, err));
     mc_log_print_validation(prefix, loss);
     mc_metrics_write_validation(&t->metrics, t->iteration, split == MC_SPLIT_VALID ? "valid" : "test", loss);
+    return MC_OK;
+}
+
+/* After each iteration's log and evaluation, as Megatron's checkpoint_and_decide_exit: a
+ * SIGTERM (with --exit-signal-handler), the save interval, the time limit and the exit
+ * interval, each exit saving first (with --save) unless this iteration just saved. */
+static int checkpoint_and_decide_exit(mc_trainer *t, bool *exit_now, mc_err *err) {
+    const mc_config *c = &t->cfg;
+    int64_t it = t->iteration;
+    bool save = c->ckpt.save != NULL;
+    MC_TRY(mc_trainer_poll_checkpoint(t, false, err));
+    if (c->train.exit_signal_handler && mc_trainer_signal_received(t)) {
+        if (save) MC_TRY(mc_trainer_save_checkpoint(t, err));
+        mc_log_info("exiting program after receiving SIGTERM (iteration %lld).", (long long)it);
+        *exit_now = true;
+        return MC_OK;
+    }
+    if (save && c->ckpt.save_interval > 0 && it % c->ckpt.save_interval == 0) MC_TRY(mc_trainer_save_checkpoint(t, err));
+    if (c->train.exit_duration_in_mins > 0) {
+        double minutes = (mc_time_now() - t->start_time) / 60.0, over = minutes > c->train.exit_duration_in_mins;
+        mc_comm_all_reduce_host_f64(&t->comm.world, &over, 1, MC_REDUCE_MAX);
+        if (over > 0) {
+            if (save && t->saved_iteration != it) MC_TRY(mc_trainer_save_checkpoint(t, err));
+            mc_log_info("exiting program after %.2f minutes (--exit-duration-in-mins) at iteration %lld", minutes,
+                        (long long)it);
+            *exit_now = true;
+            return MC_OK;
+        }
+    }
+    if (c->train.exit_interval > 0 && it % c->train.exit_interval == 0) {
+        if (save && t->saved_iteration != it) MC_TRY(mc_trainer_save_checkpoint(t, err));
+        mc_log_info("exiting program at iteration %lld (--exit-interval)", (long long)it);
+        *exit_now = true;
+    }
     return MC_OK;
 }
 
@@ -121,13 +156,18 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
             snprintf(prefix, sizeof prefix, "iteration %lld", (long long)it);
             MC_TRY(evaluate_and_print(t, MC_SPLIT_VALID, prefix, err));
         }
-        if (c->train.exit_interval > 0 && it % c->train.exit_interval == 0) {
-            mc_log_info("exiting program at iteration %lld (--exit-interval)", (long long)it);
+        bool exit_now = false;
+        MC_TRY(checkpoint_and_decide_exit(t, &exit_now, err));
+        if (exit_now) {
             mc_trainer_finish(t);
-            return MC_OK;
+            return mc_trainer_poll_checkpoint(t, true, err);
         }
     }
     mc_trainer_finish(t);
+    /* Megatron saves at the end unless the last iteration just did */
+    if (c->ckpt.save && t->iteration > 0 && t->saved_iteration != t->iteration)
+        MC_TRY(mc_trainer_save_checkpoint(t, err));
+    MC_TRY(mc_trainer_poll_checkpoint(t, true, err));
     char prefix[96];
     if (do_valid) {
         snprintf(prefix, sizeof prefix, "iteration %lld on validation set", (long long)t->iteration);

@@ -263,7 +263,8 @@ mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
         free(t);
         return NULL;
     }
-    if (agree_on_setup(t, setup(t, err), err) != MC_OK) {
+    t->saved_iteration = -1;
+    if (agree_on_setup(t, setup(t, err), err) != MC_OK || mc_trainer_setup_checkpoints(t, err) != MC_OK) {
         mc_trainer_free(t);
         return NULL;
     }
@@ -275,6 +276,7 @@ void mc_trainer_free(mc_trainer *t) {
     mc_metrics_close(&t->metrics);
     if (t->be) {
         mc_trainer_finish(t);
+        mc_trainer_free_checkpoints(t);
         slots_free(t);
         mc_arena_free(&t->batch_arena);
         mc_ddp_free(&t->ddp);

@@ -2,6 +2,7 @@
 #ifndef MC_TRAIN_TRAINER_INTERNAL_H
 #define MC_TRAIN_TRAINER_INTERNAL_H
 
+#include "ckpt/ckpt.h"
 #include "comm/comm.h"
 #include "data/data.h"
 #include "data/loader.h"
@@ -36,8 +37,8 @@ struct mc_trainer {
     mc_optimizer opt;
     mc_ddp ddp;
     mc_lr_schedule sched;
-    /* --fp16's loss scaler; a constant 1 otherwise. Its state goes into checkpoints with
-     * the optimizer's when they arrive (optim/loss_scale.h). */
+    /* --fp16's loss scaler; a constant 1 otherwise. Checkpoints keep its state with the
+     * optimizer's. */
     mc_loss_scaler scaler;
     mc_data *data;
     mc_loader *train_loader;   /* prefetches training micro-batches on its own thread */
@@ -46,7 +47,7 @@ struct mc_trainer {
     int64_t iteration, consumed_train_samples, consumed_valid_samples;
     /* Samples the LR schedule has advanced by (Megatron's OptimizerParamScheduler
      * num_steps): the consumed samples less those of iterations skipped on fp16 overflow.
-     * Checkpoints will save it beside the consumed samples. */
+     * Checkpoints save it beside the consumed samples. */
     int64_t sched_samples;
     double peak_tflops;        /* per device, for MFU */
     double flops_per_iteration;
@@ -78,7 +79,23 @@ struct mc_trainer {
     double step_mark, step_carry;
 
     mc_metrics_file metrics;
+
+    /* Checkpoints (checkpoint.c): the writer when --save is given, the iteration last saved
+     * (-1: none this run), and the job's start for --exit-duration-in-mins. */
+    mc_ckpt_saver *saver;
+    int64_t saved_iteration;
+    double start_time;
 };
+
+/* checkpoint.c */
+/* --load / --pretrained-checkpoint into the freshly built state, the --save writer, and the
+ * SIGTERM handler of --exit-signal-handler (collective). */
+int mc_trainer_setup_checkpoints(mc_trainer *t, mc_err *err);
+/* Publishes a finished async save (wait: waits for it), printing Megatron's line. */
+int mc_trainer_poll_checkpoint(mc_trainer *t, bool wait, mc_err *err);
+/* Whether any rank has received SIGTERM (collective; with --exit-signal-handler). */
+bool mc_trainer_signal_received(mc_trainer *t);
+void mc_trainer_free_checkpoints(mc_trainer *t);
 
 
 #endif

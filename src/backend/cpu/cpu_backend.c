@@ -194,6 +194,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->host_free = cpu_host_free;
     be->copy_h2d_async = cpu_copy;
     be->copy_d2h_async = cpu_copy;
+    be->copy_d2h_side = cpu_copy;
     be->zero = cpu_zero;
     be->sync = cpu_sync;
     be->wait_copies = cpu_sync; /* the copies are done on return */

@@ -250,6 +250,16 @@ static void cuda_wait_copies(mc_backend *be) {
     report_device_errors(st, "wait_copies");
 }
 
+/* On the calling thread's default stream (per-thread default streams do not synchronize
+ * with the backend's non-blocking stream), on the backend's device. */
+static void cuda_copy_d2h_side(mc_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_CUDA_CHECK(cudaSetDevice(st->device), "copy_d2h_side");
+    MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cudaStreamPerThread), "copy_d2h_side");
+    MC_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread), "copy_d2h_side");
+}
+
 static void cuda_copy_d2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
     mc_cuda_state *st = mc_cuda_st(be);
@@ -425,6 +435,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->copy_h2d_async = cuda_copy_h2d_async;
     be->copy_d2h_async = cuda_copy_d2h_async;
     be->copy_d2d = cuda_copy_d2d;
+    be->copy_d2h_side = cuda_copy_d2h_side;
     be->zero = cuda_zero;
     be->sync = cuda_sync;
     be->wait_copies = cuda_wait_copies;
