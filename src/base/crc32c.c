@@ -55,6 +55,11 @@ uint32_t mc_crc32c(uint32_t crc, const void *data, size_t n) {
     return ~update_table(c, data, n);
 }
 
+uint32_t mc_crc32c_portable(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&g_once, init_once);
+    return ~update_table(~crc, data, n);
+}
+
 /* ---- combine ----
  * A CRC is the message's polynomial times x^32 mod P (plus the conditioning, which cancels
  * in the xor below). Appending len_b bytes multiplies A's part by x^(8 len_b), so

@@ -152,7 +152,8 @@ static bool verify_range(loader *ld, int f, int64_t lo, int64_t hi) {
         }
         if (s == BLOCK_BAD) {
             int64_t a = k * meta->block_bytes;
-            loader_fail(ld, "%s: checksum mismatch in bytes [%lld, %lld) (the file is damaged)", meta->name, (long long)a,
+            loader_fail(ld, "%s/%s: checksum mismatch in bytes [%lld, %lld) (the file is damaged)", ld->meta.dir, meta->name,
+                        (long long)a,
                         (long long)(a + meta->block_bytes < meta->bytes ? a + meta->block_bytes : meta->bytes));
             return false;
         }
@@ -491,11 +492,23 @@ static int check_fit(const mc_ckpt_state *st, const mc_ckpt_meta *meta, const mc
     return MC_OK;
 }
 
-static void note_damaged(const mc_comm *c, const char *what, const mc_err *err) {
-    if (c->rank == 0) {
-        fprintf(stderr, "megatron-c: warning: %s is damaged (%s); skipping it\n", what, err->msg);
-        fflush(stderr);
-    }
+/* The damaged checkpoints skipped so far: named on stderr, one line each, once a valid one
+ * is found (when none is, the error lists them instead). */
+typedef struct damaged_list {
+    char text[4][1100];
+    int n, more;
+} damaged_list;
+
+static void note_damaged(damaged_list *d, const char *what, const mc_err *err) {
+    if (d->n < 4) snprintf(d->text[d->n++], sizeof d->text[0], "%.300s is damaged (%.700s); skipping it", what, err->msg);
+    else d->more++;
+}
+
+static void print_damaged(const mc_comm *c, const damaged_list *d) {
+    if (c->rank != 0) return;
+    for (int i = 0; i < d->n; i++) fprintf(stderr, "megatron-c: warning: %s\n", d->text[i]);
+    if (d->more) fprintf(stderr, "megatron-c: warning: %d more damaged checkpoints skipped\n", d->more);
+    fflush(stderr);
 }
 
 int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt_progress *pr, bool *loaded,
@@ -529,6 +542,7 @@ int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt
     }
 
     char tried[1024] = "";
+    damaged_list damaged = {0};
     for (int i = 0; i < n; i++) {
         mc_ckpt_iter_name(cand[i], it);
         snprintf(what, sizeof what, "%s/%s", opts->dir, it);
@@ -544,8 +558,8 @@ int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt
                 free(cand);
                 return MC_ERR;
             }
-            note_damaged(c, what, err);
-            snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s (%.200s)", tried[0] ? "; " : "", it, err->msg);
+            note_damaged(&damaged, what, err);
+            snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s (%.300s)", tried[0] ? "; " : "", it, err->msg);
             loader_close(&ld);
             continue;
         }
@@ -558,6 +572,8 @@ int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt
             free(cand);
             return MC_ERR;
         }
+        print_damaged(c, &damaged);
+        damaged.n = damaged.more = 0;
         if (c->rank == 0) mc_log_info(" loading checkpoint from %s at iteration %lld", opts->dir, (long long)cand[i]);
         ld.maps = mc_xcalloc((size_t)ld.meta.nfiles, sizeof *ld.maps);
         rc = load_tensors(&ld, optim, err);
@@ -569,8 +585,8 @@ int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt
                 free(cand);
                 return mc_err_prefix(err, "%s: ", what);
             }
-            note_damaged(c, what, err);
-            snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s (%.200s)", tried[0] ? "; " : "", it, err->msg);
+            note_damaged(&damaged, what, err);
+            snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s (%.300s)", tried[0] ? "; " : "", it, err->msg);
             continue;
         }
         double bytes = 0;

@@ -383,10 +383,15 @@ static int read_files(reader *r, mc_ckpt_meta *m) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", m->dir, fm->name);
         struct stat st;
-        if (stat(path, &st) != 0) return bad(r, "%s is missing (%s)", fm->name, strerror(errno));
-        if ((int64_t)st.st_size != fm->bytes)
-            return bad(r, "%s has %lld bytes, its checksum record says %lld (truncated or overwritten)", fm->name,
-                       (long long)st.st_size, (long long)fm->bytes);
+        if (stat(path, &st) != 0) {
+            r->failed = 1;
+            return mc_err_set(r->err, "%s is missing (%s)", path, strerror(errno));
+        }
+        if ((int64_t)st.st_size != fm->bytes) {
+            r->failed = 1;
+            return mc_err_set(r->err, "%s has %lld bytes, %s records %lld (truncated or overwritten)", path,
+                              (long long)st.st_size, MC_CKPT_METADATA, (long long)fm->bytes);
+        }
     }
     return MC_OK;
 }

@@ -39,6 +39,7 @@ static void install_signal_handler(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;
+    sa.sa_flags = SA_RESTART; /* the interrupted reads and writes carry on */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, &g_prev_sigterm); /* over the comm layer's note-and-die handler */
     g_sigterm_installed = true;
@@ -112,6 +113,7 @@ int mc_trainer_setup_checkpoints(mc_trainer *t, mc_err *err) {
 /* ---- saving ---- */
 
 static void print_saved(const mc_trainer *t, int64_t iteration) {
+    if (t->cfg.log.quiet) return;
     mc_ckpt_save_stats s = mc_ckpt_saver_stats(t->saver);
     mc_log_info("  successfully saved checkpoint from iteration %7lld to %s [ t %d/%d, p %d/%d ]", (long long)iteration,
                 t->cfg.ckpt.save, t->comm.tp_rank + 1, t->comm.sizes.tp, t->comm.pp_rank + 1, t->comm.sizes.pp);
@@ -123,13 +125,14 @@ static void print_saved(const mc_trainer *t, int64_t iteration) {
 int mc_trainer_save_checkpoint(mc_trainer *t, mc_err *err) {
     if (!t->saver) return mc_err_set(err, "no --save directory");
     mc_trainer_finish(t); /* the last update lands; the save stays out of the next step's time */
-    mc_log_info(" saving checkpoint at iteration %7lld to %s", (long long)t->iteration, t->cfg.ckpt.save);
+    if (!t->cfg.log.quiet) mc_log_info(" saving checkpoint at iteration %7lld to %s", (long long)t->iteration, t->cfg.ckpt.save);
     mc_ckpt_progress pr = progress_of(t);
     MC_TRY(mc_ckpt_save(t->saver, &pr, err));
     t->saved_iteration = t->iteration;
     if (!t->cfg.ckpt.async_save) print_saved(t, t->iteration);
-    else mc_log_info("  async save of iteration %lld: training held for %.3f s", (long long)t->iteration,
-                     mc_ckpt_saver_stats(t->saver).held_s);
+    else if (!t->cfg.log.quiet)
+        mc_log_info("  async save of iteration %lld: training held for %.3f s", (long long)t->iteration,
+                    mc_ckpt_saver_stats(t->saver).held_s);
     return MC_OK;
 }
 
