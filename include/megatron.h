@@ -103,7 +103,8 @@ typedef struct mc_train_config {
     int64_t log_interval;
     int64_t exit_interval;                      /* 0: off; stop after an iteration divisible by it */
     double exit_duration_in_mins;               /* 0: off; stop (saving first) once training ran this long */
-    bool exit_signal_handler;                   /* on SIGTERM: finish the iteration, save, exit 0 */
+    bool exit_signal_handler;                   /* on exit_signal: finish the iteration, save, exit 0 */
+    int exit_signal;                            /* SIGTERM (Megatron's default), SIGINT, SIGUSR1, SIGUSR2 */
     mc_device_choice device;
     bool deterministic_mode;
     /* --recompute-granularity: 0 none, 1 selective (backward recomputes the norm outputs

@@ -82,6 +82,11 @@ OMP_NUM_THREADS=1 "$BIN" train "${BASE[@]}" --save "$TMP/noopt" --no-save-optim 
 expect no_optimizer_state noopt "saved without optimizer state (--no-save-optim); pass --no-load-optim" -- \
     train "${BASE[@]}" --load "$TMP/noopt"
 
+rm -rf "$TMP/norng"
+mkdir -p "$TMP/norng"
+OMP_NUM_THREADS=1 "$BIN" train "${BASE[@]}" --save "$TMP/norng" --no-save-rng --exit-interval 2 > /dev/null 2>&1
+expect no_rng_state norng "saved without RNG state (--no-save-rng); pass --no-load-rng" -- train "${BASE[@]}" --load "$TMP/norng"
+
 make_ckpt meta one
 echo '{"format": "megatron-c-checkpoint", "version": 1, "iter' > "$TMP/meta/iter_0000002/metadata.json"
 expect metadata_garbage meta "metadata.json: not valid JSON" -- train "${BASE[@]}" --load "$TMP/meta"

@@ -184,6 +184,96 @@ static void test_sigterm_exit_code(void) {
     free(rc);
 }
 
+/* SIGTERM to one rank of two: the ranks agree (an all-reduce each iteration) to stop at the
+ * same iteration, save, and exit 0. */
+static void test_sigterm_one_rank_of_two(void) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS %s train %s "
+             "--global-batch-size 8 --train-iters 3000 --use-distributed-optimizer --save sig3_ckpt --exit-signal-handler "
+             "--log-dir sig3 > sig3.log 2>&1 & p=$!; "
+             "for i in $(seq 600); do grep -q '\"iteration\":3,' sig3/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
+             "kill -TERM $(pgrep -P $p -f megatron-c | tail -1); wait $p; echo $? > sig3.rc)",
+             ck_tmp, ck_bin, ck_llama);
+    (void)system(cmd);
+    char *rc = ck_read("sig3.rc"), *log = ck_read("sig3.log");
+    CHECK(rc && atoi(rc) == 0, "mpirun's exit code after SIGTERM to one rank: %s", rc ? rc : "(none)");
+    CHECK(log && strstr(log, "exiting program after receiving SIGTERM"), "the job says it exits on SIGTERM");
+    CHECK(log && !strstr(log, "iteration     3000/"), "the job stopped before its end");
+    free(rc);
+    free(log);
+    char cmd2[1024];
+    snprintf(cmd2, sizeof cmd2, "cd %s && %s inspect-ckpt sig3_ckpt --verify > sig3_inspect.log 2>&1", ck_tmp, ck_bin);
+    CHECK(system(cmd2) == 0, "the checkpoint both ranks saved verifies");
+}
+
+/* --exit-signal SIGUSR1, sent to mpirun, which forwards it to its ranks (it would kill
+ * them on SIGTERM): the job saves and exits 0. */
+static void test_sigusr1_through_mpirun(void) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && (OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS %s train %s "
+             "--global-batch-size 8 --train-iters 3000 --save usr1_ckpt --exit-signal-handler --exit-signal SIGUSR1 "
+             "--log-dir usr1 > usr1.log 2>&1 & p=$!; "
+             "for i in $(seq 600); do grep -q '\"iteration\":3,' usr1/metrics.jsonl 2>/dev/null && break; sleep 0.05; done; "
+             "kill -USR1 $p; wait $p; echo $? > usr1.rc)",
+             ck_tmp, ck_bin, ck_llama);
+    (void)system(cmd);
+    char *rc = ck_read("usr1.rc"), *log = ck_read("usr1.log"), *t = ck_read("usr1_ckpt/latest_checkpointed_iteration.txt");
+    CHECK(rc && atoi(rc) == 0, "mpirun's exit code: %s", rc ? rc : "(none)");
+    CHECK(log && strstr(log, "exiting program after receiving SIGUSR1"), "the job says it exits on SIGUSR1");
+    CHECK(t && atoi(t) >= 3 && atoi(t) < 3000, "a checkpoint mid-run (tracker %s)", t ? t : "(none)");
+    free(rc);
+    free(log);
+    free(t);
+}
+
+/* --exit-duration-in-mins: past the limit after the first iteration, the run saves and
+ * exits with code 0. */
+static void test_exit_duration(void) {
+    char args[8192];
+    snprintf(args, sizeof args, "%s --global-batch-size 8 --train-iters 50 --save dur_ckpt --exit-duration-in-mins 1e-7",
+             ck_llama);
+    CHECK(ck_train(1, NULL, args, "dur.log") == 0, "the run exits with code 0");
+    char *t = ck_read("dur_ckpt/latest_checkpointed_iteration.txt"), *log = ck_read("dur.log");
+    CHECK(t && atoi(t) == 1, "saved at iteration 1 (tracker %s)", t ? t : "(none)");
+    CHECK(log && strstr(log, "(--exit-duration-in-mins) at iteration 1"), "it says why it stopped");
+    free(t);
+    free(log);
+}
+
+/* A --load directory without a checkpoint: a one-line note, and training from scratch. */
+static void test_load_without_checkpoint_starts_fresh(void) {
+    char args[8192];
+    snprintf(args, sizeof args, "%s --global-batch-size 8 --train-iters 4 --load no_such_dir --log-dir fresh", ck_llama);
+    CHECK(ck_train(1, NULL, args, "fresh.log") == 0, "the run trains");
+    char *log = ck_read("fresh.log");
+    CHECK(log && strstr(log, "note: --load no_such_dir holds no checkpoint"), "the note");
+    ck_metrics m = ck_read_metrics("fresh");
+    CHECK(m.n == 4 && m.v[0].iteration == 1, "from iteration 1");
+    ck_free_metrics(&m);
+    free(log);
+}
+
+/* --no-save-rng, then --no-load-rng with the same --seed: the RNG state is the seed, so the
+ * continuation is still the straight run's, bit for bit (dropout on). */
+static void test_no_save_rng(void) {
+    char args[8192];
+    const char *common = "--global-batch-size 8 --train-iters 8 --attention-dropout 0.1 --hidden-dropout 0.1";
+    snprintf(args, sizeof args, "%s %s --log-dir rng_a --export-params rng_a/p.st", ck_llama, common);
+    CHECK(ck_train(1, NULL, args, "rng_a.log") == 0, "straight run");
+    snprintf(args, sizeof args, "%s %s --save rng_ckpt --no-save-rng --exit-interval 4", ck_llama, common);
+    CHECK(ck_train(1, NULL, args, "rng_b1.log") == 0, "first half");
+    snprintf(args, sizeof args, "%s %s --load rng_ckpt --no-load-rng --log-dir rng_b --export-params rng_b/p.st", ck_llama,
+             common);
+    CHECK(ck_train(1, NULL, args, "rng_b2.log") == 0, "second half");
+    ck_metrics a = ck_read_metrics("rng_a"), b = ck_read_metrics("rng_b");
+    ck_check_same_lines("no-save-rng", &a, &b, 5, 8);
+    ck_check_same_params("no-save-rng", "rng_a/p.st", "rng_b/p.st");
+    ck_free_metrics(&a);
+    ck_free_metrics(&b);
+}
+
 int main(void) {
     ck_init("ckpt_resume", true);
     RUN(test_single_rank_dropout);
@@ -195,6 +285,11 @@ int main(void) {
     RUN(test_finetune_and_no_load_optim);
     RUN(test_sigterm_saves_and_resumes);
     RUN(test_sigterm_exit_code);
+    RUN(test_sigterm_one_rank_of_two);
+    RUN(test_sigusr1_through_mpirun);
+    RUN(test_exit_duration);
+    RUN(test_load_without_checkpoint_starts_fresh);
+    RUN(test_no_save_rng);
     ck_cleanup();
     return check_summary();
 }

@@ -24,29 +24,29 @@ static mc_ckpt_progress progress_of(const mc_trainer *t) {
     };
 }
 
-/* ---- SIGTERM (--exit-signal-handler) ---- */
+/* ---- --exit-signal-handler (SIGTERM by default, --exit-signal) ---- */
 
-static volatile sig_atomic_t g_sigterm;
-static struct sigaction g_prev_sigterm;
-static bool g_sigterm_installed;
+static volatile sig_atomic_t g_signalled;
+static struct sigaction g_prev_action;
+static int g_installed_signal; /* 0: none */
 
-static void on_sigterm(int sig) {
+static void on_exit_signal(int sig) {
     (void)sig;
-    g_sigterm = 1;
+    g_signalled = 1;
 }
 
-static void install_signal_handler(void) {
+static void install_signal_handler(int sig) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm;
+    sa.sa_handler = on_exit_signal;
     sa.sa_flags = SA_RESTART; /* the interrupted reads and writes carry on */
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &g_prev_sigterm); /* over the comm layer's note-and-die handler */
-    g_sigterm_installed = true;
+    sigaction(sig, &sa, &g_prev_action); /* over the comm layer's note-and-die SIGTERM handler */
+    g_installed_signal = sig;
 }
 
 bool mc_trainer_signal_received(mc_trainer *t) {
-    double got = g_sigterm;
+    double got = g_signalled;
     mc_comm_all_reduce_host_f64(&t->comm.world, &got, 1, MC_REDUCE_MAX);
     return got > 0;
 }
@@ -98,7 +98,7 @@ static int load(mc_trainer *t, mc_err *err) {
 int mc_trainer_setup_checkpoints(mc_trainer *t, mc_err *err) {
     t->start_time = mc_time_now();
     const mc_ckpt_config *k = &t->cfg.ckpt;
-    if (t->cfg.train.exit_signal_handler) install_signal_handler();
+    if (t->cfg.train.exit_signal_handler) install_signal_handler(t->cfg.train.exit_signal);
     MC_TRY(load(t, err));
     if (k->save) {
         mc_ckpt_state st = ckpt_state(t);
@@ -151,8 +151,8 @@ void mc_trainer_free_checkpoints(mc_trainer *t) {
         mc_ckpt_saver_free(t->saver);
         t->saver = NULL;
     }
-    if (g_sigterm_installed) {
-        sigaction(SIGTERM, &g_prev_sigterm, NULL);
-        g_sigterm_installed = false;
+    if (g_installed_signal) {
+        sigaction(g_installed_signal, &g_prev_action, NULL);
+        g_installed_signal = 0;
     }
 }

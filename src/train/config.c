@@ -1,6 +1,7 @@
 /* config.c: Megatron's defaults, the validation rules of arguments.py/TransformerConfig,
  * and the values derived from them. Every failure names the flag(s) and the rule. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,7 @@ void mc_config_init(mc_config *c) {
     t->device = MC_DEVICE_AUTO;
     c->log.sample_tokens = 64;
     c->ckpt.ckpt_step = -1;
+    c->train.exit_signal = SIGTERM;
 
     mc_parallel_config *p = &c->parallel;
     p->tensor_model_parallel_size = 1;

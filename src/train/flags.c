@@ -5,6 +5,7 @@
  * nothing here are accepted with a one-line note; flags whose feature this version lacks
  * fail with a clear message instead of being silently ignored. */
 #include <float.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +48,8 @@ static const mc_arg_choice k_tokenizers[] = {{"NullTokenizer", MC_TOKENIZER_NULL
 static const mc_arg_choice k_optimizers[] = {{"adam", 0}, {NULL, 0}};
 /* The CHOICE binds an int; "full" (whole-layer recompute) is rejected in config.c. */
 static const mc_arg_choice k_recompute[] = {{"selective", 1}, {"full", 2}, {NULL, 0}};
+static const mc_arg_choice k_signals[] = {
+    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {NULL, 0}};
 static const mc_arg_choice k_dataloader[] = {{"single", 0}, {"cyclic", 1}, {NULL, 0}};
 
 #define NOT_DIST "multi-rank training arrives with the MPI/NCCL transport (Distributed training I)"
@@ -244,7 +247,8 @@ static const mc_arg_spec k_flags[] = {
     {"--use-checkpoint-opt_param-scheduler", MC_ARG_TRUE, F(ckpt.use_checkpoint_opt_param_scheduler), "on load, take the LR schedule from the checkpoint"},
     {"--use-checkpoint-opt-param-scheduler", MC_ARG_TRUE, F(ckpt.use_checkpoint_opt_param_scheduler), "alias of --use-checkpoint-opt_param-scheduler"},
     {"--exit-duration-in-mins", MC_ARG_DOUBLE, F(train.exit_duration_in_mins), "stop (saving first) after this many minutes", RANGE(1e-9, 1e12)},
-    {"--exit-signal-handler", MC_ARG_TRUE, F(train.exit_signal_handler), "on SIGTERM: finish the iteration, save, exit 0"},
+    {"--exit-signal-handler", MC_ARG_TRUE, F(train.exit_signal_handler), "on --exit-signal: finish the iteration, save, exit 0"},
+    {"--exit-signal", MC_ARG_CHOICE, F(train.exit_signal), "the signal of --exit-signal-handler (default SIGTERM; mpirun forwards SIGUSR1/SIGUSR2 to its ranks)", .choices = k_signals},
     {"--ckpt-format", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "Megatron-C writes its own pickle-free format, loadable under any parallel layout (ignored)"},
     {"--use-dist-ckpt", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "checkpoints are always sharded and reshardable (ignored)"},
     {"--auto-detect-ckpt-format", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "Megatron-C reads its own format only (ignored)"},

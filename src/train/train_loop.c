@@ -2,6 +2,7 @@
  * iterations with the log line every --log-interval, validation every --eval-interval,
  * and the final validation and test evaluations. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,7 +68,10 @@ static int checkpoint_and_decide_exit(mc_trainer *t, bool *exit_now, mc_err *err
     MC_TRY(mc_trainer_poll_checkpoint(t, false, err));
     if (c->train.exit_signal_handler && mc_trainer_signal_received(t)) {
         if (save) MC_TRY(mc_trainer_save_checkpoint(t, err));
-        mc_log_info("exiting program after receiving SIGTERM (iteration %lld).", (long long)it);
+        int sig = c->train.exit_signal;
+        mc_log_info("exiting program after receiving %s (iteration %lld).",
+                    sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "SIGTERM",
+                    (long long)it);
         *exit_now = true;
         return MC_OK;
     }
