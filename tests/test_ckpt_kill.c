@@ -23,8 +23,8 @@ static long tracked_iteration(void) {
     return v;
 }
 
-/* The newest published checkpoint: what a resume loads (the tracker may lag it by one, if a
- * kill came between the directory's rename and the tracker's). */
+/* The newest published checkpoint (the tracker may lag it by one, if a kill came between
+ * the directory's rename and the tracker's update). */
 static long newest_checkpoint(void) {
     char path[512];
     snprintf(path, sizeof path, "%s/kill_ckpt", ck_tmp);
@@ -53,7 +53,7 @@ static void test_kill_during_saves(void) {
     long progress = 0; /* the newest iteration a run has logged */
     for (int k = 0; k < KILLS; k++) {
         char cmd[8192];
-        long before = newest_checkpoint();
+        long before = tracked_iteration(); /* what a resume loads */
         snprintf(cmd, sizeof cmd,
                  "cd %s && (MC_TEST_CKPT_BLOCK_BYTES=16384 MC_TEST_CKPT_WRITE_DELAY_MS=2 OMP_NUM_THREADS=1 %s train %s "
                  "--save kill_ckpt --load kill_ckpt --save-interval %d --log-dir kill_%d > kill_%d.log 2>&1 & "
@@ -86,8 +86,8 @@ static void test_kill_during_saves(void) {
         CHECK(!at || atol(at + strlen("loading checkpoint from kill_ckpt at iteration ")) == before,
               "run %d loaded another checkpoint than iteration %ld (see %s/%s)", k, before, ck_tmp, log);
         free(text);
-        CHECK(progress - newest <= INTERVAL, "kill %d: logged up to iteration %ld but the newest checkpoint is %ld", k,
-              progress, newest);
+        CHECK(progress - t <= INTERVAL, "kill %d: logged up to iteration %ld but the tracked checkpoint is %ld", k, progress,
+              t);
         if (t > 0) {
             snprintf(cmd, sizeof cmd, "cd %s && %s inspect-ckpt kill_ckpt --verify > inspect_%d.log 2>&1", ck_tmp, ck_bin, k);
             CHECK(system(cmd) == 0, "kill %d: the tracked checkpoint %ld does not verify (see %s/inspect_%d.log)", k, t,

@@ -56,6 +56,7 @@ static void test_single_rank_dropout(void) {
 static void test_dp2_distopt_async(void) {
     resume_case("dp2_async", 2, "--use-distributed-optimizer", "--async-save --save-interval 4", NULL, 20, 10);
 }
+static void test_dp2_plain(void) { resume_case("dp2", 2, "", "", NULL, 20, 10); }
 static void test_dp4_distopt(void) { resume_case("dp4", 4, "--use-distributed-optimizer", "", NULL, 20, 10); }
 static void test_tp2_sp(void) { resume_case("tp2_sp", 2, "--tensor-model-parallel-size 2 --sequence-parallel", "", NULL, 20, 10); }
 
@@ -70,8 +71,10 @@ static void test_fp16_loss_scale_mid_state(void) {
     free(b1);
 }
 
-/* --ckpt-step loads an older checkpoint than the newest; the continuation is the straight
- * run's, bit for bit. */
+/* --ckpt-step loads an older checkpoint than the newest, and the run sent back goes on from
+ * there: its saves move the tracker back, and a later plain --load takes the tracker's
+ * checkpoint rather than the newer one the abandoned run left. The continuation is the
+ * straight run's, bit for bit. */
 static void test_ckpt_step(void) {
     char args[8192];
     snprintf(args, sizeof args, "%s --global-batch-size 8 --train-iters 12 --log-dir step_a --export-params step_a/p.st",
@@ -79,14 +82,20 @@ static void test_ckpt_step(void) {
     CHECK(ck_train(1, NULL, args, "step_a.log") == 0, "straight run");
     snprintf(args, sizeof args, "%s --global-batch-size 8 --train-iters 12 --save step_ckpt --save-interval 4 --exit-interval 8",
              ck_llama);
-    CHECK(ck_train(1, NULL, args, "step_b1.log") == 0, "first run");
+    CHECK(ck_train(1, NULL, args, "step_b1.log") == 0, "first run (saves 4 and 8)");
     snprintf(args, sizeof args,
-             "%s --global-batch-size 8 --train-iters 12 --load step_ckpt --ckpt-step 4 --log-dir step_b "
-             "--export-params step_b/p.st",
+             "%s --global-batch-size 8 --train-iters 12 --load step_ckpt --ckpt-step 4 --save step_ckpt --exit-interval 6 "
+             "--log-dir step_b",
              ck_llama);
-    CHECK(ck_train(1, NULL, args, "step_b2.log") == 0, "resume from step 4");
+    CHECK(ck_train(1, NULL, args, "step_b2.log") == 0, "from step 4 to 6");
     char *log = ck_read("step_b2.log");
-    CHECK(log && strstr(log, "at iteration 4"), "the resumed run loaded iteration 4");
+    CHECK(log && strstr(log, "at iteration 4"), "the second run loaded iteration 4");
+    free(log);
+    snprintf(args, sizeof args, "%s --global-batch-size 8 --train-iters 12 --load step_ckpt --log-dir step_b --export-params step_b/p.st",
+             ck_llama);
+    CHECK(ck_train(1, NULL, args, "step_b3.log") == 0, "from the tracker's 6 to the end");
+    log = ck_read("step_b3.log");
+    CHECK(log && strstr(log, "at iteration 6"), "the third run loaded the tracker's iteration 6, not 8");
     free(log);
     ck_metrics a = ck_read_metrics("step_a"), b = ck_read_metrics("step_b");
     ck_check_same_lines("ckpt-step", &a, &b, 5, 12);
@@ -278,6 +287,7 @@ int main(void) {
     ck_init("ckpt_resume", true);
     RUN(test_single_rank_dropout);
     RUN(test_dp2_distopt_async);
+    RUN(test_dp2_plain);
     RUN(test_dp4_distopt);
     RUN(test_tp2_sp);
     RUN(test_fp16_loss_scale_mid_state);

@@ -34,8 +34,8 @@
  * metadata.json last, renames the directory to iter_N (atomically exchanging it with an
  * older iter_N where the filesystem allows) and only then replaces the tracker (temporary
  * file, fsync, rename). A checkpoint is valid only when its metadata, its files' sizes and
- * its checksums hold; loading takes the newest valid one, naming each damaged one it
- * skips in one line.
+ * its checksums hold; loading takes the tracker's (without a tracker, the newest), or if
+ * it is damaged the newest older valid one, naming each damaged one it skips in one line.
  *
  * Every function here is collective over the world: all ranks call it, with the same
  * arguments, and all get the same status. */
@@ -128,7 +128,8 @@ typedef struct mc_ckpt_load_opts {
     const char *flag;       /* the flag that named dir, for messages ("--load") */
 } mc_ckpt_load_opts;
 
-/* Loads the newest valid checkpoint of opts->dir (or opts->step) into the state, which must
+/* Loads the tracker's checkpoint of opts->dir, or the newest older valid one (or opts->step),
+ * into the state, which must
  * hold freshly initialized parameters (rows a checkpoint does not cover keep them).
  * *loaded is false, with MC_OK, when the directory holds no checkpoint at all (Megatron
  * then starts from scratch). Damaged checkpoints are named on stderr and skipped; none

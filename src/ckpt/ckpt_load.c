@@ -437,8 +437,9 @@ static void read_progress(const mc_ckpt_meta *meta, const mc_ckpt_load_opts *opt
 
 /* ---- the whole load ---- */
 
-/* The iterations to try, newest first: --ckpt-step's alone, or every iter_N directory (a
- * tracker naming one that is missing is an error: someone removed it). */
+/* The iterations to try, newest first: --ckpt-step's alone, or the tracker's and every older
+ * iter_N directory (a tracker naming one that is missing is an error: someone removed it),
+ * or, without a tracker, every iter_N directory. */
 static int find_candidates(const mc_ckpt_load_opts *opts, const char *flag, int64_t **out, int *n_out, mc_err *err) {
     int64_t tracked = -1;
     int rc = mc_ckpt_read_tracker(opts->dir, &tracked, err);
@@ -471,6 +472,13 @@ static int find_candidates(const mc_ckpt_load_opts *opts, const char *flag, int6
                                    "another one)",
                               flag, opts->dir, MC_CKPT_TRACKER, (long long)tracked, opts->dir, it);
         }
+        /* The tracker's and older ones: a newer directory is a save the tracker never
+         * pointed to (killed before the tracker's update), or the abandoned future of a
+         * run that was sent back with --ckpt-step. */
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (cand[i] <= tracked) cand[k++] = cand[i];
+        *n_out = k;
     }
     return MC_OK;
 }

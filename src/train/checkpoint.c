@@ -122,9 +122,18 @@ static void print_saved(const mc_trainer *t, int64_t iteration) {
                     t->cfg.ckpt.async_save ? "; written in the background" : "");
 }
 
+int mc_trainer_poll_checkpoint(mc_trainer *t, bool wait, mc_err *err) {
+    if (!t->saver) return MC_OK;
+    int64_t published = -1;
+    MC_TRY(wait ? mc_ckpt_saver_wait(t->saver, &published, err) : mc_ckpt_saver_poll(t->saver, &published, err));
+    if (published >= 0) print_saved(t, published);
+    return MC_OK;
+}
+
 int mc_trainer_save_checkpoint(mc_trainer *t, mc_err *err) {
     if (!t->saver) return mc_err_set(err, "no --save directory");
     mc_trainer_finish(t); /* the last update lands; the save stays out of the next step's time */
+    MC_TRY(mc_trainer_poll_checkpoint(t, true, err)); /* an async save still being written */
     if (!t->cfg.log.quiet) mc_log_info(" saving checkpoint at iteration %7lld to %s", (long long)t->iteration, t->cfg.ckpt.save);
     mc_ckpt_progress pr = progress_of(t);
     MC_TRY(mc_ckpt_save(t->saver, &pr, err));
@@ -136,13 +145,6 @@ int mc_trainer_save_checkpoint(mc_trainer *t, mc_err *err) {
     return MC_OK;
 }
 
-int mc_trainer_poll_checkpoint(mc_trainer *t, bool wait, mc_err *err) {
-    if (!t->saver) return MC_OK;
-    int64_t published = -1;
-    MC_TRY(wait ? mc_ckpt_saver_wait(t->saver, &published, err) : mc_ckpt_saver_poll(t->saver, &published, err));
-    if (published >= 0) print_saved(t, published);
-    return MC_OK;
-}
 
 void mc_trainer_free_checkpoints(mc_trainer *t) {
     if (t->saver) {
