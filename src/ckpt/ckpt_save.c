@@ -333,6 +333,7 @@ struct mc_ckpt_saver {
     /* the save in flight (async) or being written (blocking) */
     bool pending;
     int64_t iteration;
+    uint64_t rng_seed;
     cJSON *common;
     ckpt_plan plan;
     ckpt_extent snap_extent;
@@ -428,7 +429,7 @@ static cJSON *common_json(const mc_ckpt_saver *s, const mc_ckpt_progress *pr) {
 }
 
 /* This rank's description of its file, written beside it for rank 0. */
-static int write_rank_desc(mc_ckpt_saver *s, const char *tmp_dir, uint64_t seed, mc_err *err) {
+static int write_rank_desc(mc_ckpt_saver *s, const char *tmp_dir, mc_err *err) {
     const mc_model *m = s->st.model;
     const mc_comm *c = s->st.comm;
     const ckpt_plan *plan = &s->plan;
@@ -450,7 +451,7 @@ static int write_rank_desc(mc_ckpt_saver *s, const char *tmp_dir, uint64_t seed,
     cJSON_AddItemToObject(rng, "rank", mc_json_number(c->rank));
     cJSON_AddItemToObject(rng, "tp_rank", mc_json_number(c->tp_rank));
     cJSON_AddItemToObject(rng, "dp_rank", mc_json_number(c->dp_rank));
-    cJSON_AddItemToObject(rng, "seed", mc_json_number((double)seed));
+    cJSON_AddItemToObject(rng, "seed", mc_json_number((double)s->rng_seed));
     cJSON *tensors = cJSON_AddObjectToObject(d, "tensors");
     cJSON *pieces = cJSON_AddArrayToObject(d, "pieces");
     for (int i = 0; i < plan->npieces; i++) {
@@ -484,14 +485,14 @@ static int write_rank_desc(mc_ckpt_saver *s, const char *tmp_dir, uint64_t seed,
 }
 
 /* Writes this rank's file and description (on the training thread, or the async one). */
-static int write_rank(mc_ckpt_saver *s, uint64_t seed, mc_err *err) {
+static int write_rank(mc_ckpt_saver *s, mc_err *err) {
     char tmp[4096], path[4200], name[96];
     tmp_dir_of(s, s->iteration, tmp, sizeof tmp);
     mc_ckpt_file_name(s->st.comm->rank, s->st.comm->world_size, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", tmp, name);
     s->job.path = path;
     MC_TRY(write_file(&s->job, &s->file_crc, err));
-    return write_rank_desc(s, tmp, seed, err);
+    return write_rank_desc(s, tmp, err);
 }
 
 /* World rank 0: metadata.json from the descriptions, then the directory and the tracker. */
@@ -565,17 +566,9 @@ static int finish_save(mc_ckpt_saver *s, int rc, mc_err *err) {
     return MC_OK;
 }
 
-typedef struct async_arg {
-    mc_ckpt_saver *s;
-    uint64_t seed;
-} async_arg;
-
 static void *async_main(void *arg) {
-    async_arg *a = arg;
-    mc_ckpt_saver *s = a->s;
-    uint64_t seed = a->seed;
-    free(a);
-    s->thread_rc = write_rank(s, seed, &s->thread_err);
+    mc_ckpt_saver *s = arg;
+    s->thread_rc = write_rank(s, &s->thread_err);
     atomic_store(&s->thread_done, 1);
     return NULL;
 }
@@ -616,6 +609,7 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     mc_backend *be = st->model->be;
     s->t_start = mc_time_now();
     s->iteration = pr->iteration;
+    s->rng_seed = pr->rng_seed;
     be->sync(be); /* the last update has landed */
 
     /* a fresh iter_N.tmp (a killed save may have left one) */
@@ -650,7 +644,7 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     j->block_crc = mc_xcalloc((size_t)((j->file_bytes + j->block_bytes - 1) / j->block_bytes), sizeof(uint32_t));
     s->pending = true;
     if (!s->async) {
-        rc = write_rank(s, pr->rng_seed, err);
+        rc = write_rank(s, err);
         rc = finish_save(s, rc, err);
         s->stats.held_s = mc_time_now() - s->t_start;
         return rc;
@@ -660,9 +654,7 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     j->nextents = 1;
     j->device = s->snap_device;
     atomic_store(&s->thread_done, 0);
-    async_arg *a = mc_xmalloc(sizeof *a);
-    *a = (async_arg){.s = s, .seed = pr->rng_seed};
-    MC_ASSERT(pthread_create(&s->thread, NULL, async_main, a) == 0, "cannot start the checkpoint writer thread");
+    MC_ASSERT(pthread_create(&s->thread, NULL, async_main, s) == 0, "cannot start the checkpoint writer thread");
     s->stats.held_s = mc_time_now() - s->t_start;
     return MC_OK;
 }
