@@ -1,7 +1,14 @@
 /* check.h: the in-tree test helper. A test file defines test functions, lists them in
  * main() with RUN(fn), and ends with `return check_summary();`, which prints
- * "N passed, N failed" and returns non-zero on any failure. A whole test binary that
- * cannot run here (no GPU) calls check_skip("why"), which exits with 77 (ctest: skipped). */
+ * "N passed, N failed" and returns non-zero on any failure, also one outside every test
+ * (a failed baseline or setup in main counts as a failed test). A whole test binary that
+ * cannot run here calls check_skip("why"), which exits with 77 (ctest: skipped).
+ *
+ * A binary that mixes CPU cases and GPU cases lists the GPU ones with RUN_GPU(fn) and
+ * calls check_init(argc, argv, has_gpu) first: run plainly it runs the RUN cases, run with
+ * --gpu it runs the RUN_GPU cases alone, and skips (77) without a GPU. CMake registers such
+ * a binary twice (NAME and NAME_cuda), so that ctest shows the GPU half as skipped rather
+ * than as passed. */
 #ifndef MC_TESTS_CHECK_H
 #define MC_TESTS_CHECK_H
 
@@ -11,6 +18,8 @@
 #include <string.h>
 
 static int check_failures_ = 0, check_tests_passed_ = 0, check_tests_failed_ = 0;
+static int check_failures_in_tests_ = 0; /* of check_failures_, those inside a RUN */
+static int check_gpu_mode_ = 0, check_has_gpu_ = 0;
 static const char *check_current_ = "";
 
 #define CHECK(cond, ...)                                                                      \
@@ -49,11 +58,13 @@ static inline double check_rel_l2(const float *x, const float *y, long n) {
     return sqrt(num / den);
 }
 
-#define RUN(fn)                                                        \
+#define CHECK_RUN_(fn)                                                 \
     do {                                                               \
         int before_ = check_failures_;                                 \
         check_current_ = #fn;                                          \
         fn();                                                          \
+        check_current_ = "";                                           \
+        check_failures_in_tests_ += check_failures_ - before_;         \
         if (check_failures_ == before_) {                              \
             check_tests_passed_++;                                     \
             printf("ok   %s\n", #fn);                                  \
@@ -62,6 +73,18 @@ static inline double check_rel_l2(const float *x, const float *y, long n) {
             printf("FAIL %s\n", #fn);                                  \
         }                                                              \
         fflush(stdout);                                                \
+    } while (0)
+
+#define RUN(fn)                              \
+    do {                                     \
+        if (!check_gpu_mode_) CHECK_RUN_(fn); \
+    } while (0)
+
+#define RUN_GPU(fn)                                                                                 \
+    do {                                                                                            \
+        if (!check_gpu_mode_) break;                                                                \
+        if (!check_has_gpu_) check_skip("the GPU cases need a GPU (and a CUDA build); none here"); \
+        CHECK_RUN_(fn);                                                                             \
     } while (0)
 
 /* For tests that call the CUDA runtime themselves (cuda_runtime.h included before the
@@ -76,6 +99,10 @@ static inline double check_rel_l2(const float *x, const float *y, long n) {
     } while (0)
 
 static inline int check_summary(void) {
+    if (check_failures_ > check_failures_in_tests_) { /* a baseline or setup in main failed */
+        check_tests_failed_++;
+        printf("FAIL (%d checks outside the tests)\n", check_failures_ - check_failures_in_tests_);
+    }
     printf("%d passed, %d failed\n", check_tests_passed_, check_tests_failed_);
     return check_tests_failed_ ? 1 : 0;
 }
@@ -83,6 +110,13 @@ static inline int check_summary(void) {
 static inline void check_skip(const char *why) {
     printf("SKIP: %s\n", why);
     exit(77);
+}
+
+/* For a binary with RUN_GPU cases (see the banner). */
+static inline void check_init(int argc, char **argv, int has_gpu) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--gpu")) check_gpu_mode_ = 1;
+    check_has_gpu_ = has_gpu;
 }
 
 /* The whole file, NUL-terminated, in a malloc'd buffer (NULL when it cannot be read);

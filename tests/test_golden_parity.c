@@ -305,12 +305,17 @@ static void test_gpt2_head_chunks_logits_loss_grads(void) { check_logits_loss_gr
 static void test_gpt2_adamw_5_steps(void) { check_adamw_steps("gpt2"); }
 static void test_llama_adamw_5_steps(void) { check_adamw_steps("llama"); }
 
-int main(void) {
-    RUN(test_gpt2_logits_loss_grads);
-    RUN(test_llama_logits_loss_grads);
-    RUN(test_llama_head_chunks_logits_loss_grads);
-    RUN(test_gpt2_head_chunks_logits_loss_grads);
-    RUN(test_gpt2_adamw_5_steps);
-    RUN(test_llama_adamw_5_steps);
+/* Every case on the CPU; with --gpu (ctest's test_golden_parity_cuda) every case on CUDA. */
+#define GOLDEN_CASES(X)                                                                             \
+    X(test_gpt2_logits_loss_grads) X(test_llama_logits_loss_grads) X(test_llama_head_chunks_logits_loss_grads) \
+    X(test_gpt2_head_chunks_logits_loss_grads) X(test_gpt2_adamw_5_steps) X(test_llama_adamw_5_steps)
+#define ON_CPU(fn) RUN(fn);
+#define ON_GPU(fn) RUN_GPU(fn);
+
+int main(int argc, char **argv) {
+    check_init(argc, argv, mc_backend_cuda_available());
+    if (check_gpu_mode_) setenv("MC_TEST_DEVICE", "cuda", 1);
+    GOLDEN_CASES(ON_CPU)
+    GOLDEN_CASES(ON_GPU)
     return check_summary();
 }

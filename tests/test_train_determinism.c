@@ -135,13 +135,7 @@ static void recompute_changes_no_bit(model_fn model) {
 static void test_selective_recompute_changes_no_bit(void) { recompute_changes_no_bit(tiny_llama_gelu); }
 static void test_gpt2_selective_recompute_changes_no_bit(void) { recompute_changes_no_bit(tiny_gpt2); }
 
-static void cuda_repeat_bitwise(model_fn model, precision p) {
-    if (!mc_backend_cuda_available()) {
-        printf("   (no GPU: skipped)\n");
-        return;
-    }
-    repeat_bitwise(model, MC_DEVICE_CUDA_ONLY, p);
-}
+static void cuda_repeat_bitwise(model_fn model, precision p) { repeat_bitwise(model, MC_DEVICE_CUDA_ONLY, p); }
 
 static void test_cuda_bf16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_llama, BF16); }
 static void test_cuda_fp16_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_llama, FP16); }
@@ -149,10 +143,6 @@ static void test_cuda_bf16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_b
 static void test_cuda_fp16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, FP16); }
 
 static void tracks_cpu_fp32_curve(model_fn model, precision p) {
-    if (!mc_backend_cuda_available()) {
-        printf("   (no GPU: skipped)\n");
-        return;
-    }
     const char *name = p == BF16 ? "bf16" : "fp16";
     static double lc[STEPS_CURVE], nc[STEPS_CURVE], lg[STEPS_CURVE], ng[STEPS_CURVE];
     mc_config c;
@@ -182,18 +172,19 @@ static void test_cuda_fp16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(t
 static void test_cuda_bf16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, BF16); }
 static void test_cuda_fp16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, FP16); }
 
-int main(void) {
+int main(int argc, char **argv) {
+    check_init(argc, argv, mc_backend_cuda_available());
     RUN(test_cpu_runs_are_bitwise_identical);
     RUN(test_cpu_gpt2_runs_are_bitwise_identical);
     RUN(test_selective_recompute_changes_no_bit);
     RUN(test_gpt2_selective_recompute_changes_no_bit);
-    RUN(test_cuda_bf16_runs_are_bitwise_identical);
-    RUN(test_cuda_fp16_runs_are_bitwise_identical);
-    RUN(test_cuda_bf16_gpt2_runs_are_bitwise_identical);
-    RUN(test_cuda_fp16_gpt2_runs_are_bitwise_identical);
-    RUN(test_cuda_bf16_tracks_cpu_fp32_curve);
-    RUN(test_cuda_fp16_tracks_cpu_fp32_curve);
-    RUN(test_cuda_bf16_gpt2_tracks_cpu_fp32_curve);
-    RUN(test_cuda_fp16_gpt2_tracks_cpu_fp32_curve);
+    RUN_GPU(test_cuda_bf16_runs_are_bitwise_identical);
+    RUN_GPU(test_cuda_fp16_runs_are_bitwise_identical);
+    RUN_GPU(test_cuda_bf16_gpt2_runs_are_bitwise_identical);
+    RUN_GPU(test_cuda_fp16_gpt2_runs_are_bitwise_identical);
+    RUN_GPU(test_cuda_bf16_tracks_cpu_fp32_curve);
+    RUN_GPU(test_cuda_fp16_tracks_cpu_fp32_curve);
+    RUN_GPU(test_cuda_bf16_gpt2_tracks_cpu_fp32_curve);
+    RUN_GPU(test_cuda_fp16_gpt2_tracks_cpu_fp32_curve);
     return check_summary();
 }

@@ -110,18 +110,14 @@ static void more_microbatches_than_slots(mc_device_choice dev, double tol) {
 
 static void test_cpu_eval(void) { eval_between_steps(MC_DEVICE_CPU_ONLY); }
 static void test_cpu_many(void) { more_microbatches_than_slots(MC_DEVICE_CPU_ONLY, 1e-5); }
-/* Without a GPU these pass without running (the CPU cases above still count). */
-static void test_cuda_eval(void) {
-    if (mc_backend_cuda_available()) eval_between_steps(MC_DEVICE_CUDA_ONLY);
-}
-static void test_cuda_many(void) {
-    if (mc_backend_cuda_available()) more_microbatches_than_slots(MC_DEVICE_CUDA_ONLY, 2e-2); /* bf16 GEMM shapes */
-}
+static void test_cuda_eval(void) { eval_between_steps(MC_DEVICE_CUDA_ONLY); }
+static void test_cuda_many(void) { more_microbatches_than_slots(MC_DEVICE_CUDA_ONLY, 2e-2); /* bf16 GEMM shapes */ }
 
-int main(void) {
+int main(int argc, char **argv) {
+    check_init(argc, argv, mc_backend_cuda_available());
     RUN(test_cpu_eval);
     RUN(test_cpu_many);
-    RUN(test_cuda_eval);
-    RUN(test_cuda_many);
+    RUN_GPU(test_cuda_eval);
+    RUN_GPU(test_cuda_many);
     return check_summary();
 }

@@ -5,10 +5,11 @@
 # (bench/gpu_ab.sh, ROUNDS rounds, SHAPES shapes). A file .carry/gpu/branches/NAME.abflags
 # beside a branch's pack holds flags both sides of its A/B get (say --deterministic-mode
 # for a change to that mode). Logs under $OUT/branches.
-# MAIN_TESTS names tests of the current tree to run beside the branches' (and golden parity
-# on CUDA with MAIN_GOLDEN=1), before any timing.
+# MAIN_TESTS names tests of the current tree to run beside the branches', before any timing
+# (a test with a GPU half runs it too: carried_env.sh's run_gpu_test). A test that fails
+# makes the script's exit code 1.
 #   OUT=... [ROUNDS=2] [SHAPES="llama gpt2"] [BRANCH_TESTS="test_..."] [MAIN_TESTS="test_..."]
-#   [MAIN_GOLDEN=1] bash scripts/gpu/run_branches.sh
+#   bash scripts/gpu/run_branches.sh
 set -uo pipefail
 source "$(dirname "$0")/carried_env.sh"
 OUT=${OUT:-/tmp/mc-out}
@@ -23,22 +24,18 @@ for dir in "$C"/branches/*/; do
     mkdir -p "$log"
     (
         mapfile -t envs < <(branch_env "$dir")
-        for t in ${BRANCH_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism}; do
-            [ -x "$dir/$t" ] || continue
-            env "${envs[@]}" timeout 300 "$dir/$t" > "$log/$t.log" 2>&1
-            echo "$t rc $?: $(tail -1 "$log/$t.log")" >> "$log/summary"
+        [ ${#envs[@]} -gt 0 ] && export "${envs[@]}"
+        for t in ${BRANCH_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity}; do
+            run_gpu_test "$dir" "$t" "$log" >> "$log/summary"
         done
+        [ "$GPU_TEST_FAILURES" -eq 0 ] || echo "FAILED" >> "$log/summary"
     ) &
 done
 (
     for t in ${MAIN_TESTS:-}; do
-        timeout 300 "$B/$t" > "$OUT/branches/main_$t.log" 2>&1
-        echo "main $t rc $?: $(tail -1 "$OUT/branches/main_$t.log")" >> "$OUT/branches/main_summary"
+        run_gpu_test "$B" "$t" "$OUT/branches" main_ >> "$OUT/branches/main_summary"
     done
-    if [ "${MAIN_GOLDEN:-0}" = 1 ]; then
-        MC_TEST_DEVICE=cuda timeout 60 "$B/test_golden_parity" > "$OUT/branches/main_golden.log" 2>&1
-        echo "main golden parity on CUDA rc $?: $(tail -1 "$OUT/branches/main_golden.log")" >> "$OUT/branches/main_summary"
-    fi
+    [ "$GPU_TEST_FAILURES" -eq 0 ] || echo "FAILED" >> "$OUT/branches/main_summary"
 ) &
 wait
 [ -f "$OUT/branches/main_summary" ] && { echo "== current tree"; cat "$OUT/branches/main_summary"; }
@@ -65,3 +62,7 @@ for dir in "$C"/branches/*/; do
             "$dir/megatron-c-env" "${ROUNDS:-2}" "$shape" 2>&1 | grep "AB median" | sed "s/^/$name $shape ${flags:+($flags) }: /"
     done
 done
+if cat "$OUT"/branches/*summary "$OUT"/branches/*/summary 2>/dev/null | grep -q FAILED; then
+    echo "FAILED: a GPU test did not pass (see the summaries above)"
+    exit 1
+fi

@@ -10,11 +10,9 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 ldd "$B/megatron-c" | grep -E 'not found' && echo "MISSING LIBRARIES" | tee -a "$OUT/gpu.txt"
 echo "== tests"
-for t in ${GPU_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism}; do
-    [ -x "$B/$t" ] || continue
-    timeout 200 "$B/$t" > "$OUT/$t.log" 2>&1; echo "$t rc $?: $(tail -1 "$OUT/$t.log")"
+for t in ${GPU_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity}; do
+    run_gpu_test "$B" "$t" "$OUT"
 done
-MC_TEST_DEVICE=cuda timeout 60 "$B/test_golden_parity" > "$OUT/golden_cuda.log" 2>&1; tail -1 "$OUT/golden_cuda.log"
 echo "== fp16 smoke run (dynamic loss scale from 2^32: the first steps are skipped while it comes down)"
 timeout 120 "$B/megatron-c" train --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 256 \
     --max-position-embeddings 256 --micro-batch-size 8 --global-batch-size 8 --vocab-size 1024 --mock-data \
@@ -55,4 +53,8 @@ if [ "${PREP:-0}" = 1 ]; then
     echo "== preprocess"
     BENCH_MB=${BENCH_MB:-40} MC_BUILD_DIR="$B" timeout "${PREP_TIMEOUT:-100}" bench/preprocess.sh > "$OUT/preprocess.log" 2>&1
     tail -15 "$OUT/preprocess.log"
+fi
+if [ "$GPU_TEST_FAILURES" -gt 0 ]; then
+    echo "FAILED: $GPU_TEST_FAILURES GPU test run(s) did not pass (logs under $OUT)"
+    exit 1
 fi

@@ -18,8 +18,9 @@ OUT=${OUT:-/tmp/mc-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 T0=$(date +%s)
-BRANCH_TESTS=none MAIN_TESTS="${MAIN_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches}" \
-    MAIN_GOLDEN=1 OUT="$OUT" bash scripts/gpu/run_branches.sh 2>&1 | tee "$OUT/branches.txt"
+BRANCH_TESTS=none MAIN_TESTS="${MAIN_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity}" \
+    OUT="$OUT" bash scripts/gpu/run_branches.sh 2>&1 | tee "$OUT/branches.txt"
+grep -q FAILED "$OUT/branches.txt" && TESTS_FAILED=1
 source scripts/gpu/carried_env.sh
 for spec in ${VARIANTS:-}; do
     v=${spec%%@*} shapes=${SHAPES:-llama gpt2}
@@ -62,3 +63,7 @@ if [ "${TRACE:-1}" = 1 ]; then
 fi
 cd "$OUT" && tar -czf logs.tgz --exclude=logs.tgz . 2>/dev/null; ls "$OUT"
 echo "== total $(( $(date +%s) - T0 )) s"
+if [ "${TESTS_FAILED:-0}" = 1 ]; then
+    echo "FAILED: a GPU test did not pass (see $OUT/branches.txt)"
+    exit 1
+fi

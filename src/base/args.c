@@ -127,12 +127,38 @@ static int store(const mc_arg_spec *s, void *target, const char *v, mc_err *err)
     }
 }
 
+/* Flags the parse could not take: unknown ones and Megatron flags whose feature is not in
+ * this version. They are collected, so that a Megatron command line with several of them
+ * is refused once, naming them all, rather than one flag per run. */
+typedef struct refused {
+    char unknown[768], not_yet[768];
+    int n_unknown, n_not_yet;
+    char first[512]; /* the message for one refused flag alone */
+} refused;
+
+static void refuse(char *list, size_t cap, int *n, const char *item) {
+    size_t at = strlen(list);
+    if (at + 8 >= cap) return;
+    snprintf(list + at, cap - at, "%s%s", *n ? ", " : "", item);
+    if (strlen(list) + 4 >= cap) strcpy(list + cap - 5, "...");
+    (*n)++;
+}
+
+static int refused_error(const refused *r, mc_err *err) {
+    if (r->n_unknown + r->n_not_yet == 1) return mc_err_set(err, "%s", r->first);
+    if (r->n_unknown && r->n_not_yet)
+        return mc_err_set(err, "unknown flags: %s; and not in this version yet: %s", r->unknown, r->not_yet);
+    if (r->n_unknown) return mc_err_set(err, "unknown flags: %s (see megatron-c train --help)", r->unknown);
+    return mc_err_set(err, "these flags' features are not in this version yet: %s", r->not_yet);
+}
+
 int mc_args_parse(const mc_arg_spec *table, int nrows, void *target, int argc, char **argv, mc_args_seen *seen,
                   bool print_notes, mc_err *err) {
     if (seen) {
         seen->n = nrows;
         seen->given = mc_xcalloc((size_t)nrows, sizeof(bool));
     }
+    refused r = {{0}, {0}, 0, 0, {0}};
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0 || strlen(arg) < 3)
@@ -151,8 +177,14 @@ int mc_args_parse(const mc_arg_spec *table, int nrows, void *target, int argc, c
         int row = mc_args_find(table, nrows, name);
         if (row < 0) {
             const char *near = mc_args_closest(table, nrows, name);
-            if (near) return mc_err_set(err, "unknown flag %s (did you mean %s?)", name, near);
-            return mc_err_set(err, "unknown flag %s (see megatron-c train --help)", name);
+            char item[400];
+            if (near) snprintf(item, sizeof item, "%s (did you mean %s?)", name, near);
+            else snprintf(item, sizeof item, "%s", name);
+            if (r.n_unknown + r.n_not_yet == 0)
+                snprintf(r.first, sizeof r.first, "unknown flag %s%s", item, near ? "" : " (see megatron-c train --help)");
+            refuse(r.unknown, sizeof r.unknown, &r.n_unknown, item);
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) i++; /* its values, whatever they are */
+            continue;
         }
         const mc_arg_spec *s = &table[row];
         if (seen) seen->given[row] = true;
@@ -195,12 +227,19 @@ int mc_args_parse(const mc_arg_spec *table, int nrows, void *target, int argc, c
         case MC_ARG_NOTE:
             if (print_notes) printf("note: %s: %s\n", s->name, s->note);
             break;
-        case MC_ARG_NOT_YET: return mc_err_set(err, "%s: %s", s->name, s->note);
+        case MC_ARG_NOT_YET: {
+            char item[400];
+            snprintf(item, sizeof item, "%s (%s)", s->name, s->note);
+            if (r.n_unknown + r.n_not_yet == 0) snprintf(r.first, sizeof r.first, "%s: %s", s->name, s->note);
+            refuse(r.not_yet, sizeof r.not_yet, &r.n_not_yet, item);
+            break;
+        }
         default: MC_TRY(store(s, target, vals[0], err));
         }
         if (s->note && s->kind != MC_ARG_NOTE && s->kind != MC_ARG_NOT_YET && print_notes)
             printf("note: %s: %s\n", s->name, s->note);
     }
+    if (r.n_unknown + r.n_not_yet) return refused_error(&r, err);
     return MC_OK;
 }
 

@@ -53,11 +53,18 @@ static void print_sample(mc_trainer *t, const mc_config *cfg, const mc_tokenizer
         free(out);
         return;
     }
+    /* The prompt's ids and the new ones decoded together, so that the tokenizer joins them
+     * as it joins any text (the Null tokenizer's spaces between numbers among them). */
+    int64_t total = prompt->len + n;
+    int32_t *all = mc_xmalloc(sizeof(int32_t) * (size_t)total);
+    memcpy(all, prompt->data, sizeof(int32_t) * (size_t)prompt->len);
+    memcpy(all + prompt->len, out, sizeof(int32_t) * (size_t)n);
     size_t len;
-    char *text = mc_tokenizer_decode(tok, out, n, &len);
+    char *text = mc_tokenizer_decode(tok, all, total, &len);
+    free(all);
     mc_log_last("-------------------------------------------------------------------------------");
     mc_log_last("greedy sample (%d tokens):", n);
-    mc_log_last("%s%s", cfg->log.sample_prompt, text);
+    mc_log_last("%s", text);
     mc_log_last("-------------------------------------------------------------------------------");
     free(text);
     free(out);

@@ -353,8 +353,10 @@ int mc_config_validate(mc_config *c, int world_size, mc_err *err) {
                           "--pipeline-model-parallel-size %d x --context-parallel-size %d",
                           world_size, tp, pp, cp);
     int dp = world_size / (tp * pp * cp);
-    if (p->sequence_parallel && tp == 1) {
-        p->sequence_parallel = false; /* Megatron: "disabling sequence parallelism because TP == 1" */
+    if (p->sequence_parallel && tp == 1) { /* Megatron warns and goes on without it */
+        mc_log_info("note: --sequence-parallel: disabling sequence parallelism because the tensor model parallel "
+                    "size is 1");
+        p->sequence_parallel = false;
     }
     MC_TRY(validate_precision(c, err));
     MC_TRY(validate_ckpt(c, err));

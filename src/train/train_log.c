@@ -18,7 +18,9 @@ void mc_log_format_iteration(char *buf, size_t size, const mc_iter_log *l) {
     APPEND(" iteration %8lld/%8lld |", (long long)l->iteration, (long long)l->train_iters);
     APPEND(" consumed samples: %12lld |", (long long)l->consumed_samples);
     APPEND(" elapsed time per iteration (ms): %.1f |", l->elapsed_ms);
-    APPEND(" throughput per GPU (TFLOP/s/GPU): %.1f |", l->tflops_per_gpu);
+    /* Megatron's one decimal, and three significant digits below 1 (a CPU run's rates) */
+    APPEND(l->tflops_per_gpu >= 1.0 ? " throughput per GPU (TFLOP/s/GPU): %.1f |" : " throughput per GPU (TFLOP/s/GPU): %.3g |",
+           l->tflops_per_gpu);
     APPEND(" learning rate: %.6E |", l->learning_rate);
     APPEND(" global batch size: %5d |", l->global_batch_size);
     if (l->have_lm_loss) APPEND(" lm loss: %.6E |", l->lm_loss);

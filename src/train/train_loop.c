@@ -121,6 +121,13 @@ int mc_trainer_run(mc_trainer *t, mc_err *err) {
             double dt = ms / 1e3;
             int world = t->comm.world_size;
             acc_tflops = t->flops_per_iteration / (dt * 1e12 * world);
+            if (acc_tflops > t->peak_tflops) { /* a peak is what nothing exceeds: MFU stays at most 100% */
+                if (!c->log.quiet)
+                    mc_log_info("note: %.3g TFLOP/s achieved, above the MFU peak of %.3g%s: MFU uses it from now on",
+                                acc_tflops, t->peak_tflops,
+                                c->log.peak_tflops > 0 ? " (--peak-tflops)" : " (measured at start-up, under load?)");
+                t->peak_tflops = acc_tflops;
+            }
             acc_tok = (double)c->train.global_batch_size * c->model.seq_length / dt / world;
             mc_iter_log l = {
                 .iteration = it,

@@ -4,8 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
 #include "comm/comm.h"
@@ -189,6 +191,20 @@ static int open_data(mc_trainer *t, mc_err *err) {
     return MC_OK;
 }
 
+/* A file training will write at its end (--export-params): its directory must exist (or be
+ * creatable alongside --log-dir) and take files, and the path must not be a directory. */
+static int check_output_file(const char *path, mc_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return mc_err_set(err, "--export-params %s is a directory (give a file name)", path);
+    char *dir = mc_path_dirname(path);
+    mc_err why;
+    bool ok = mc_dir_writable(dir, &why);
+    if (!ok) mc_err_set(err, "--export-params %s: cannot write there: %s", path, why.msg);
+    free(dir);
+    return ok ? MC_OK : MC_ERR;
+}
+
 /* Everything after the process groups: validation, backend, data, model, optimizer. */
 static int setup(mc_trainer *t, mc_err *err) {
     mc_config *cfg = &t->cfg;
@@ -236,6 +252,8 @@ static int setup(mc_trainer *t, mc_err *err) {
     /* The metrics file is the last rank's, where Megatron writes its logs. */
     if (cfg->log.log_dir && t->comm.rank == t->comm.world_size - 1)
         MC_TRY(mc_metrics_open(&t->metrics, cfg->log.log_dir, err));
+    /* --export-params is written after training: find a bad path before the first step. */
+    if (cfg->log.export_params && t->comm.rank == 0) MC_TRY(check_output_file(cfg->log.export_params, err));
     return MC_OK;
 }
 
