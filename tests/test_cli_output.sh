@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What a run prints: notes once under mpirun, the note for --sequence-parallel with TP 1,
+# a CPU run's TFLOP/s as a number rather than 0.0, MFU never above 100%, and a sample whose
+# prompt and continuation are joined as the tokenizer joins text.
+set -u
+BUILD=${1:-build}
+BIN="$BUILD/megatron-c"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+check() { # NAME CONDITION-EXIT-CODE DETAIL
+    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $1"; else fail=$((fail + 1)); echo "FAIL $1: $3"; fi
+}
+BASE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 3
+      --lr 1e-3 --mock-data --tokenizer-type NullTokenizer --vocab-size 128 --device cpu --log-interval 1 --eval-iters 0)
+
+if command -v mpirun > /dev/null; then
+    OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS "$BIN" train "${BASE[@]}" \
+        --use-mcore-models > "$TMP/mpi.log" 2>&1
+    n=$(grep -c "note: --use-mcore-models" "$TMP/mpi.log")
+    check notes_once_under_mpirun $([ "$n" -eq 1 ]; echo $?) "printed $n times"
+else
+    echo "skip notes_once_under_mpirun: no mpirun"
+fi
+
+OMP_NUM_THREADS=1 "$BIN" train "${BASE[@]}" --sequence-parallel --peak-tflops 1e-6 --sample-prompt "1 2 3" \
+    --sample-tokens 4 > "$TMP/run.log" 2>&1
+check sequence_parallel_tp1_noted $(grep -q "note: --sequence-parallel: disabling sequence parallelism" "$TMP/run.log"; echo $?) \
+    "no note"
+tf=$(grep -o "TFLOP/s/GPU): [0-9.e+-]*" "$TMP/run.log" | head -1 | awk '{print $2}')
+check tflops_has_digits $(awk -v v="$tf" 'BEGIN { exit !(v > 0) }'; echo $?) "throughput printed as '$tf'"
+over=$(grep -o "MFU: [0-9.]*%" "$TMP/run.log" | awk '{ if ($2 + 0 > 100) print $2 }')
+check mfu_at_most_100 $([ -z "$over" ]; echo $?) "MFU printed above 100%: $over"
+check mfu_peak_raised_noted $(grep -q "above the MFU peak" "$TMP/run.log"; echo $?) "no note when the achieved rate passed --peak-tflops"
+sample=$(grep -A1 "greedy sample" "$TMP/run.log" | tail -1)
+check sample_joined $(echo "$sample" | grep -qE '^1 2 3( [0-9]+){4}$'; echo $?) "sample line '$sample'"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
