@@ -159,6 +159,12 @@ typedef struct mc_log_config {
     /* After training, print a greedy continuation of this prompt (Megatron-C extension). */
     char *sample_prompt;
     int sample_tokens;
+    /* How the sample's tokens are drawn: temperature 0 is greedy (the most likely token);
+     * above 0, from the softmax of logits / temperature, cut to the top_k most likely
+     * (0: all) and to the smallest set whose probability reaches top_p (1: all). */
+    double sample_temperature;
+    int sample_top_k;
+    double sample_top_p;
     /* After training, write the parameters here (safetensors; Megatron-C extension). */
     char *export_params;
 } mc_log_config;
@@ -258,6 +264,9 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss, m
 int mc_trainer_run(mc_trainer *t, mc_err *err);
 /* Greedy continuation of `prompt` (token ids) by `n` tokens into out (length n). */
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
+/* The same, drawing each token as the config's sample_temperature/top_k/top_p say (from
+ * Philox streams of the seed, so a run repeats its sample; every rank draws the same). */
+int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
 /* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
  * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);

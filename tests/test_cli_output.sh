@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a run prints: notes once under mpirun, the note for --sequence-parallel with TP 1,
-# a CPU run's TFLOP/s as a number rather than 0.0, MFU never above 100%, and a sample whose
-# prompt and continuation are joined as the tokenizer joins text.
+# a CPU run's TFLOP/s as a number rather than 0.0, MFU never above 100%, a sample whose
+# prompt and continuation are joined as the tokenizer joins text, and drawn samples.
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
@@ -35,6 +35,18 @@ check mfu_at_most_100 $([ -z "$over" ]; echo $?) "MFU printed above 100%: $over"
 check mfu_peak_raised_noted $(grep -q "above the MFU peak" "$TMP/run.log"; echo $?) "no note when the achieved rate passed --peak-tflops"
 sample=$(grep -A1 "greedy sample" "$TMP/run.log" | tail -1)
 check sample_joined $(echo "$sample" | grep -qE '^1 2 3( [0-9]+){4}$'; echo $?) "sample line '$sample'"
+
+# Drawn samples: top-k 1 is the greedy one; the same seed draws the same; a temperature
+# draws something other than the greedy loop.
+S=(--sample-prompt "1 2 3" --sample-tokens 12 --train-iters 2)
+sample_of() { OMP_NUM_THREADS=1 "$BIN" train "${BASE[@]}" "${S[@]}" "$@" 2>&1 | grep -A1 "sample (" | tail -1; }
+greedy=$(sample_of)
+top1=$(sample_of --sample-temperature 1 --sample-top-k 1)
+hot1=$(sample_of --sample-temperature 1.5 --sample-top-p 0.95)
+hot2=$(sample_of --sample-temperature 1.5 --sample-top-p 0.95)
+check sample_top_k_1_is_greedy $([ -n "$greedy" ] && [ "$greedy" = "$top1" ]; echo $?) "'$greedy' vs '$top1'"
+check sample_repeats_with_its_seed $([ -n "$hot1" ] && [ "$hot1" = "$hot2" ]; echo $?) "'$hot1' vs '$hot2'"
+check sample_with_temperature_varies $([ "$hot1" != "$greedy" ]; echo $?) "the same as greedy: '$hot1'"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

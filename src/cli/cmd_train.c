@@ -48,7 +48,7 @@ static void print_sample(mc_trainer *t, const mc_config *cfg, const mc_tokenizer
     int n = cfg->log.sample_tokens;
     int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)n);
     mc_err err;
-    if (mc_trainer_generate(t, prompt->data, (int)prompt->len, n, out, &err) != MC_OK) {
+    if (mc_trainer_sample(t, prompt->data, (int)prompt->len, n, out, &err) != MC_OK) {
         fprintf(stderr, "megatron-c: error: %s\n", err.msg);
         free(out);
         return;
@@ -63,7 +63,12 @@ static void print_sample(mc_trainer *t, const mc_config *cfg, const mc_tokenizer
     char *text = mc_tokenizer_decode(tok, all, total, &len);
     free(all);
     mc_log_last("-------------------------------------------------------------------------------");
-    mc_log_last("greedy sample (%d tokens):", n);
+    const mc_log_config *o = &cfg->log;
+    if (o->sample_temperature > 0)
+        mc_log_last("sample (%d tokens, temperature %g, top-k %d, top-p %g, seed %llu):", n, o->sample_temperature,
+                    o->sample_top_k, o->sample_top_p, (unsigned long long)cfg->train.seed);
+    else
+        mc_log_last("greedy sample (%d tokens):", n);
     mc_log_last("%s", text);
     mc_log_last("-------------------------------------------------------------------------------");
     free(text);

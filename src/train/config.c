@@ -48,6 +48,7 @@ void mc_config_init(mc_config *c) {
     t->log_interval = 100;
     t->device = MC_DEVICE_AUTO;
     c->log.sample_tokens = 64;
+    c->log.sample_top_p = 1.0;
     c->ckpt.ckpt_step = -1;
     c->train.exit_signal = SIGTERM;
 

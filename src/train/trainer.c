@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "base/log.h"
+#include "base/philox.h"
 #include "base/timer.h"
 #include "comm/comm.h"
 #include "train/flops.h"
@@ -499,7 +500,53 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_ou
     return MC_OK;
 }
 
-int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
+/* ---- generation ---- */
+
+typedef struct scored {
+    float logit;
+    int32_t id;
+} scored;
+
+static int by_logit_desc(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    return x->logit > y->logit ? -1 : x->logit < y->logit ? 1 : x->id - y->id;
+}
+
+/* The next token from a full row of logits (ids < vocab): greedy at temperature 0, else a
+ * draw (uniform u) from the tempered softmax cut to top_k and top_p. */
+static int32_t pick_token(const float *logits, int vocab, const mc_log_config *o, float u, scored *tmp) {
+    if (o->sample_temperature <= 0) {
+        int32_t best = 0;
+        for (int32_t j = 1; j < vocab; j++)
+            if (logits[j] > logits[best]) best = j; /* the lowest id among equals */
+        return best;
+    }
+    for (int32_t j = 0; j < vocab; j++) tmp[j] = (scored){.logit = logits[j], .id = j};
+    qsort(tmp, (size_t)vocab, sizeof *tmp, by_logit_desc);
+    int keep = o->sample_top_k > 0 && o->sample_top_k < vocab ? o->sample_top_k : vocab;
+    double total = 0;
+    double *p = mc_xmalloc(sizeof(double) * (size_t)keep);
+    for (int i = 0; i < keep; i++) total += p[i] = exp(((double)tmp[i].logit - tmp[0].logit) / o->sample_temperature);
+    double mass = 0;
+    int n = 0;
+    while (n < keep && (n == 0 || mass < o->sample_top_p * total)) mass += p[n++]; /* the top-p nucleus */
+    double x = u * mass, acc = 0;
+    int32_t id = tmp[n - 1].id;
+    for (int i = 0; i < n; i++) {
+        acc += p[i];
+        if (x < acc) {
+            id = tmp[i].id;
+            break;
+        }
+    }
+    free(p);
+    return id;
+}
+
+/* The continuation of `prompt` by `n` tokens, each from the forward pass over the window of
+ * the last S tokens; greedy or drawn (pick_token). */
+static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
+                           mc_err *err) {
     int64_t S = t->cfg.model.seq_length;
     mc_trainer_finish(t);
     if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
@@ -516,18 +563,47 @@ int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, in
     mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = S;
     mb.seg_start = mc_tensor_none();
     be->copy_h2d(be, mb.pos.data, pos, (size_t)S * 4);
+    /* drawing: every position's logits (this rank's vocabulary shard), a full row gathered
+     * over tensor parallelism, and the draws' scratch */
+    int64_t V = t->model.vocab_local, Vp = (int64_t)t->model.padded_vocab;
+    float *local = draw ? mc_xmalloc(sizeof(float) * (size_t)(S * V)) : NULL;
+    float *row = draw ? mc_xmalloc(sizeof(float) * (size_t)Vp) : NULL;
+    scored *tmp = draw ? mc_xmalloc(sizeof(scored) * (size_t)Vp) : NULL;
+    mc_backend *host = draw ? mc_backend_cpu_create() : NULL;
+    uint64_t stream = mc_stream_of_name("sample");
     for (int i = 0; i < n; i++) {
         if (len == S) { /* a full window: slide by one */
             memmove(ctx, ctx + 1, (size_t)(S - 1) * sizeof(int32_t));
             len--;
         }
         be->copy_h2d(be, mb.tokens.data, ctx, (size_t)S * 4);
-        mc_model_forward_only(&t->model, &mb);
-        int32_t next = mc_model_argmax_at(&t->model, &mb, len - 1, 0);
+        int32_t next;
+        if (!draw) {
+            mc_model_forward_only(&t->model, &mb);
+            next = mc_model_argmax_at(&t->model, &mb, len - 1, 0);
+        } else {
+            mc_model_logits(&t->model, &mb, local);
+            mc_tensor in = mc_tensor_1d(local + (int64_t)(len - 1) * V, MC_F32, V), all = mc_tensor_1d(row, MC_F32, Vp);
+            mc_comm_all_gather(&t->comm.tp, host, &all, &in);
+            float u = mc_philox_uniform(t->cfg.train.seed, stream, (uint64_t)i);
+            next = pick_token(row, t->cfg.model.vocab_size, &t->cfg.log, u, tmp);
+        }
         out[i] = next;
         ctx[len++] = next;
     }
+    if (host) host->destroy(host);
+    free(local);
+    free(row);
+    free(tmp);
     free(ctx);
     free(pos);
     return MC_OK;
+}
+
+int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
+    return continue_prompt(t, prompt, prompt_len, n, false, out, err);
+}
+
+int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
+    return continue_prompt(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, err);
 }
