@@ -22,7 +22,7 @@ static void build_rope_tables(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     m->rot_dim = (int)(c->kv_channels * c->rotary_percent);
     int64_t half = m->rot_dim / 2, P = c->max_position_embeddings;
-    mc_dtype dt = mc_model_stat_dtype(m->act_dtype);
+    mc_dtype dt = mc_stat_dtype(m->act_dtype);
     size_t bytes = (size_t)(P * half) * mc_dtype_size(dt);
     m->rope_cos = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
     m->rope_sin = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
@@ -134,7 +134,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
     int64_t Nl = m->sp ? N / m->tp : N; /* residual-stream tokens on this rank */
-    mc_dtype at = m->act_dtype, st = mc_model_stat_dtype(at);
+    mc_dtype at = m->act_dtype, st = mc_stat_dtype(at);
     size_t plan_start = a->used;
     bool ln = c->normalization == MC_NORM_LAYERNORM;
     /* Residual stream: res[l] is the input of layer l, res[L] the final residual. */
