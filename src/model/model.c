@@ -204,31 +204,24 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
-int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
-                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout,
-                    mc_err *err) {
+int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
+    (void)err;
     memset(m, 0, sizeof *m);
-    m->cfg = cfg->model;
-    m->padded_vocab = mc_config_padded_vocab(cfg);
+    m->cfg = o->cfg;
+    m->padded_vocab = o->padded_vocab;
     m->be = be;
     m->comm = comm;
-    m->param_dtype = param_dtype;
-    m->grad_dtype = grad_dtype;
-    m->act_dtype = act_dtype;
-    m->seed = cfg->train.seed;
+    m->param_dtype = o->param_dtype;
+    m->grad_dtype = o->grad_dtype;
+    m->act_dtype = o->act_dtype;
+    m->seed = o->seed;
     const mc_model_config *c = &m->cfg;
     m->tp = comm->tp.size;
     m->tp_rank = comm->tp.rank;
     int tp = m->tp;
-    m->sp = cfg->parallel.sequence_parallel && tp > 1;
-    m->recompute_act = cfg->model.swiglu || cfg->train.recompute_granularity == 1;
-    m->deterministic = cfg->train.deterministic_mode;
-    if (m->sp && (c->seq_length % tp != 0))
-        return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",
-                          c->seq_length, tp);
-    if (c->num_attention_heads % tp || (c->num_query_groups % tp && tp % c->num_query_groups) ||
-        c->ffn_hidden_size % tp || m->padded_vocab % tp)
-        return mc_err_set(err, "model sizes are not divisible by the tensor-parallel size %d", tp);
+    m->sp = o->sequence_parallel && tp > 1;
+    m->recompute_act = c->swiglu || o->selective_recompute;
+    m->deterministic = o->deterministic;
     m->heads_local = c->num_attention_heads / tp;
     m->groups_local = c->num_query_groups >= tp ? c->num_query_groups / tp : 1;
     m->qkv_local = (m->heads_local + 2 * m->groups_local) * c->kv_channels;
@@ -236,21 +229,22 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->fc1_local = c->swiglu ? 2 * m->ffn_local : m->ffn_local;
     m->vocab_local = m->padded_vocab / tp;
     m->vocab_start = (int64_t)m->tp_rank * m->vocab_local;
-    m->max_batch = max_batch;
+    m->max_batch = o->max_batch;
     m->seq = c->seq_length;
-    m->micro_batches = mc_config_num_microbatches(cfg, comm->sizes.dp);
+    m->micro_batches = o->micro_batches;
 
-    mc_model_build_table(m, layout);
-    m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(param_dtype));
-    m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(grad_dtype));
-    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(param_dtype));
-    be->zero(be, m->grad_buf, (size_t)m->numel * mc_dtype_size(grad_dtype));
+    mc_model_build_table(m, &o->layout);
+    m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(m->param_dtype));
+    m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
+    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(m->param_dtype));
+    be->zero(be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
 
     m->acts = mc_xcalloc((size_t)c->num_layers, sizeof(mc_layer_acts));
     mc_arena measure;
     mc_arena_init_measure(&measure, "activations (plan)");
     plan_activations(m, &measure);
-    mc_arena_init(&m->act_arena, "activations", be, measure.peak);
+    mc_arena_allocator backend_memory = mc_backend_arena_allocator(be);
+    mc_arena_init(&m->act_arena, "activations", &backend_memory, measure.peak);
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
     size_t ntok = (size_t)(m->max_batch * m->seq);

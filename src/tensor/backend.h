@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/arena.h"
 #include "base/hostdev.h"
 #include "tensor/tensor.h"
 
@@ -360,6 +361,9 @@ struct mc_backend {
     /* Backend teardown. */
     void (*destroy)(mc_backend *);
 };
+
+/* The arena allocator (base/arena.h) over be's alloc and free. */
+mc_arena_allocator mc_backend_arena_allocator(mc_backend *be);
 
 /* The CPU reference backend (OpenMP + OpenBLAS). */
 mc_backend *mc_backend_cpu_create(void);

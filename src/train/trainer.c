@@ -10,6 +10,7 @@
 #include "base/timer.h"
 #include "comm/comm.h"
 #include "train/flops.h"
+#include "train/model_options.h"
 #include "train/trainer_internal.h"
 
 static int pick_backend(mc_trainer *t, mc_err *err) {
@@ -205,7 +206,8 @@ static int setup(mc_trainer *t, mc_err *err) {
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.fp16) pdt = adt = MC_F16;
     mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
-    MC_TRY(mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err));
+    mc_model_options mo = mc_model_options_from_config(cfg, t->dp, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout);
+    MC_TRY(mc_model_create(&t->model, &mo, t->be, &t->comm, err));
     mc_model_init_params(&t->model, cfg->train.seed);
     MC_TRY(mc_optimizer_create(&t->opt, &t->model, cfg, err));
     mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
@@ -222,7 +224,8 @@ static int setup(mc_trainer *t, mc_err *err) {
     mc_arena measure;
     mc_arena_init_measure(&measure, "micro-batch (plan)");
     plan_batch_buffers(t, &measure);
-    mc_arena_init(&t->batch_arena, "micro-batch", t->be, measure.peak);
+    mc_arena_allocator backend_memory = mc_backend_arena_allocator(t->be);
+    mc_arena_init(&t->batch_arena, "micro-batch", &backend_memory, measure.peak);
     plan_batch_buffers(t, &t->batch_arena);
     slots_create(t);
 
