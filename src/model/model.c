@@ -204,9 +204,30 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
-int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
-    (void)err;
+/* Whether every size of the model can be counted in 64 bits. A bound in double (which
+ * cannot wrap) on the elements the model holds, below 2^60 bytes' worth: every buffer has
+ * at most R rows (tokens, positions, vocabulary, or W), and a layer's parameters,
+ * gradients and activations take at most 16 W + R columns of them together, W being the sum
+ * of a layer's widths (global, so at least the shard's); the embeddings, the head and the
+ * backward scratch count as 4 layers more. Past this check the exact sizes below (ints for
+ * shard widths, int64 offsets, size_t bytes) cannot overflow. */
+static bool sizes_countable(const mc_model_options *o) {
+    const mc_model_config *c = &o->cfg;
+    double d = c->kv_channels, heads = c->num_attention_heads, f = c->ffn_hidden_size;
+    double W = c->hidden_size + (heads + 2.0 * c->num_query_groups) * d + heads * d + (c->swiglu ? 3 : 2) * f + 64;
+    double N = (double)o->max_batch * (double)c->seq_length;
+    double R = fmax(fmax(N, (double)c->max_position_embeddings), fmax((double)o->padded_vocab, W));
+    double elems = ((double)c->num_layers + 4) * R * (16 * W + R);
+    return elems * 8 < 0x1p60;
+}
+
+int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
     memset(m, 0, sizeof *m);
+    if (!sizes_countable(o))
+        return mc_err_set(err,
+                          "a model of %d layers, hidden size %d, sequence length %d and micro-batch %lld is too large to "
+                          "plan: its buffers may exceed 2^60 bytes",
+                          o->cfg.num_layers, o->cfg.hidden_size, o->cfg.seq_length, (long long)o->max_batch);
     m->cfg = o->cfg;
     m->padded_vocab = o->padded_vocab;
     m->be = be;
@@ -234,23 +255,41 @@ int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_c
     m->micro_batches = o->micro_batches;
 
     mc_model_build_table(m, &o->layout);
-    m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(m->param_dtype));
-    m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
-    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(m->param_dtype));
-    be->zero(be, m->grad_buf, (size_t)m->numel * mc_dtype_size(m->grad_dtype));
-
     m->acts = mc_xcalloc((size_t)c->num_layers, sizeof(mc_layer_acts));
     mc_arena measure;
     mc_arena_init_measure(&measure, "activations (plan)");
     plan_activations(m, &measure);
+    m->act_bytes = measure.peak;
+    return MC_OK;
+}
+
+void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts) {
+    *params = (size_t)m->numel * mc_dtype_size(m->param_dtype);
+    *grads = (size_t)m->numel * mc_dtype_size(m->grad_dtype);
+    *acts = m->act_bytes;
+}
+
+void mc_model_alloc(mc_model *m) {
+    mc_backend *be = m->be;
+    size_t params, grads, acts;
+    mc_model_bytes(m, &params, &grads, &acts);
+    m->param_buf = be->alloc(be, params);
+    m->grad_buf = be->alloc(be, grads);
+    be->zero(be, m->param_buf, params);
+    be->zero(be, m->grad_buf, grads);
     mc_arena_allocator backend_memory = mc_backend_arena_allocator(be);
-    mc_arena_init(&m->act_arena, "activations", &backend_memory, measure.peak);
+    mc_arena_init(&m->act_arena, "activations", &backend_memory, acts);
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
     size_t ntok = (size_t)(m->max_batch * m->seq);
     m->host_loss = mc_xmalloc(sizeof(double) * ntok); /* room for F32 or F64 elements */
     m->host_mask = mc_xmalloc(sizeof(double) * ntok);
     m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
+}
+
+int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
+    MC_TRY(mc_model_plan(m, o, be, comm, err));
+    mc_model_alloc(m);
     return MC_OK;
 }
 

@@ -207,9 +207,17 @@ typedef struct mc_model {
     char *host_logits;
 } mc_model;
 
-/* Builds the parameter table and plans/allocates parameters, gradients and activations
- * for micro-batches of up to o->max_batch sequences. */
+/* mc_model_plan then mc_model_alloc. */
 int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err);
+/* Everything but the backend memory: shard sizes, the parameter table and buckets, and the
+ * activation plan, measured (act_bytes). A model whose sizes could not be counted in 64
+ * bits is an error, nothing allocated. Then mc_model_bytes says what mc_model_alloc will
+ * take, and mc_model_free releases a plan not allocated. */
+int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err);
+/* Backend bytes of the planned parameters, gradients and activations. */
+void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts);
+/* Allocates the planned buffers (zeroed parameters and gradients, the activation arena). */
+void mc_model_alloc(mc_model *m);
 void mc_model_free(mc_model *m);
 
 /* Fills the parameters: normal(0, std) for matrices (std / sqrt(2 L) for the attention and

@@ -13,7 +13,7 @@ static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, in
     return 1;
 }
 
-int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
+int mc_optimizer_plan(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
     memset(o, 0, sizeof *o);
     o->model = m;
     o->be = m->be;
@@ -57,17 +57,26 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
         state_base += chunk;
     }
     o->state_numel = state_base;
+    /* Plain with F32 parameters, the master is the model's own buffer. */
+    o->owns_master = o->sharded || m->param_dtype != MC_F32;
+    MC_ASSERT(o->owns_master || o->state_numel == m->numel);
+    return MC_OK;
+}
 
+size_t mc_optimizer_state_bytes(const mc_optimizer *o) {
+    return (size_t)o->state_numel * sizeof(float) * (o->owns_master ? 3 : 2);
+}
+
+void mc_optimizer_alloc(mc_optimizer *o) {
+    mc_model *m = o->model;
     mc_backend *be = o->be;
     size_t bytes = (size_t)o->state_numel * sizeof(float);
-    if (!o->sharded && m->param_dtype == MC_F32) {
-        MC_ASSERT(o->state_numel == m->numel);
+    if (!o->owns_master) {
         o->master = m->param_buf;
     } else {
         /* The F32 master starts as the exact widening of the model's parameters (Megatron
          * copies its fp32 main params from the bf16 model params). */
         o->master = be->alloc(be, bytes);
-        o->owns_master = true;
         be->zero(be, o->master, bytes);
         size_t esz = mc_dtype_size(m->param_dtype);
         for (int s = 0; s < o->nsegments; s++) {
@@ -83,6 +92,11 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
     o->exp_avg_sq = be->alloc(be, bytes);
     be->zero(be, o->exp_avg, bytes);
     be->zero(be, o->exp_avg_sq, bytes);
+}
+
+int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
+    MC_TRY(mc_optimizer_plan(o, m, cfg, err));
+    mc_optimizer_alloc(o);
     return MC_OK;
 }
 

@@ -218,6 +218,9 @@ struct mc_backend {
                         const int64_t *row_index, int64_t row_stride, int64_t col_offset);
     /* Bytes allocated now, at most so far, and held from the system (the memory log line). */
     void (*memory_stats)(mc_backend *, size_t *allocated, size_t *max_allocated, size_t *reserved);
+    /* Bytes alloc could still hand out (the host's MemAvailable on the CPU, the device's free
+     * memory on CUDA), for refusing a plan that cannot fit before allocating any of it. */
+    size_t (*memory_available)(mc_backend *);
 
     /* ---- GEMM ----
      * C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major. */

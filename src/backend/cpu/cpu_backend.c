@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_internal.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -67,6 +68,21 @@ void *mc_cpu_workspace(mc_backend *be, size_t bytes) {
 }
 
 int mc_cpu_threads(void) { return omp_get_max_threads(); }
+
+/* MemAvailable of /proc/meminfo: what the kernel estimates can be allocated without
+ * swapping. SIZE_MAX (no limit known) where it cannot be read. */
+static size_t cpu_memory_available(mc_backend *be) {
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    if (!found) return SIZE_MAX;
+    return kib > SIZE_MAX / 1024 ? SIZE_MAX : (size_t)kib * 1024;
+}
 
 /* ---- what it supports ---- */
 
@@ -183,6 +199,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->fill = mc_cpu_fill;
     be->init_normal = mc_cpu_init_normal;
     be->memory_stats = cpu_memory_stats;
+    be->memory_available = cpu_memory_available;
 
     be->gemm = mc_cpu_gemm;
     be->linear_fwd = mc_cpu_linear_fwd;

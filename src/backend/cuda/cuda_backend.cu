@@ -235,6 +235,15 @@ static void cuda_zero(mc_backend *be, void *dst, size_t bytes) {
 
 static void cuda_sync(mc_backend *be) { mc_cuda_sync_checked(mc_cuda_st(be), "sync"); }
 
+/* What cudaMalloc can still get on this device. */
+static size_t cuda_memory_available(mc_backend *be) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    size_t free_b = 0, total_b = 0;
+    MC_CUDA_CHECK(cudaSetDevice(st->device), "memory_available");
+    MC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "memory_available");
+    return free_b;
+}
+
 /* The sizes the kernels take, by op family. */
 static bool cuda_supports(mc_backend *be, const mc_op_sizes *s, mc_op_refusal *why) {
     (void)be;
@@ -387,6 +396,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->fill = mc_cuda_fill;
     be->init_normal = mc_cuda_init_normal;
     be->memory_stats = cuda_memory_stats;
+    be->memory_available = cuda_memory_available;
 
     be->gemm = mc_cuda_gemm;
     be->linear_fwd = mc_cuda_linear_fwd;
