@@ -163,9 +163,6 @@ static void need_pointer(const char *op, const char *name, const void *p) {
     if (!p) op_fail(op, name, "a buffer", "NULL");
 }
 
-/* Optional operands may be NULL or mc_tensor_none(). */
-static bool given(const mc_tensor *t) { return mc_tensor_present(t); }
-
 /* The backend's own limits, after the generic checks. */
 static void need_supported(mc_backend *be, const char *op, const mc_op_sizes *sizes) {
     mc_op_refusal why; /* filled by a refusal only: no clearing on every call */
@@ -233,7 +230,7 @@ static mc_op_sizes linear_fwd_checks(mc_backend *be, const char *op, mc_op_kind 
     int64_t n = rows_of(x), in = cols_of(x), out = rows_of(w);
     need_2d(op, "w", w, out, in, "w's rows x x's last dim");
     need_2d(op, "y", y, n, out, "x's rows x w's rows");
-    if (given(b)) {
+    if (mc_tensor_present(b)) {
         need_act(op, "b", b, dt, "x's");
         need_numel(op, "b", b, out, "w's rows");
     }
@@ -256,15 +253,15 @@ void mc_op_linear_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *d
     int64_t n = rows_of(dy), out = cols_of(dy), in = cols_of(w);
     need_2d(op, "w", w, out, in, "dy's last dim x w's last dim");
     need_2d(op, "x", x, n, in, "dy's rows x w's last dim");
-    if (given(dx)) {
+    if (mc_tensor_present(dx)) {
         need_act(op, "dx", dx, dt, "dy's");
         need_2d(op, "dx", dx, n, in, "x's shape");
     }
-    if (given(dw)) {
+    if (mc_tensor_present(dw)) {
         need_stat(op, "dw", dw, dt);
         need_2d(op, "dw", dw, out, in, "w's shape");
     }
-    if (given(db)) {
+    if (mc_tensor_present(db)) {
         need_stat(op, "db", db, dt);
         need_numel(op, "db", db, out, "dy's last dim");
     }
@@ -305,7 +302,7 @@ void mc_op_linear_dgelu_bwd(mc_backend *be, mc_tensor *dpre, mc_tensor *db, cons
     need_2d(op, "w", w, out, f, "dy's last dim x w's last dim");
     need_2d(op, "pre", pre, n, f, "dy's rows x w's last dim");
     need_2d(op, "dpre", dpre, n, f, "pre's shape");
-    if (given(db)) {
+    if (mc_tensor_present(db)) {
         need_stat(op, "db", db, dt);
         need_numel(op, "db", db, f, "w's last dim");
     }
@@ -370,15 +367,15 @@ static void need_like_x(const char *op, const char *name, const mc_tensor *t, mc
  * x) and dxsum (dx's column sums, so dx is needed). */
 static void norm_bwd_outputs(const char *op, const mc_tensor *dx, const mc_tensor *dxsum, const mc_tensor *y,
                              const mc_tensor *dy, const mc_tensor *x, mc_dtype dt, int64_t n, int64_t h) {
-    if (given(dx)) need_like_x(op, "dx", dx, dt, n, h);
-    if (given(y)) {
+    if (mc_tensor_present(dx)) need_like_x(op, "dx", dx, dt, n, h);
+    if (mc_tensor_present(y)) {
         need_like_x(op, "y", y, dt, n, h);
-        if (given(dx)) need_apart(op, "y", y, "dx", dx);
+        if (mc_tensor_present(dx)) need_apart(op, "y", y, "dx", dx);
         need_apart(op, "y", y, "dy", dy);
         need_apart(op, "y", y, "x", x);
     }
-    if (given(dxsum)) {
-        if (!given(dx)) op_fail(op, "dx", "a tensor (dxsum sums its columns)", "none");
+    if (mc_tensor_present(dxsum)) {
+        if (!mc_tensor_present(dx)) op_fail(op, "dx", "a tensor (dxsum sums its columns)", "none");
         need_col_grad(op, "dxsum", dxsum, dt, h);
     }
 }
@@ -390,9 +387,9 @@ void mc_op_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_tenso
     int64_t n = rows_of(x), h = cols_of(x);
     need_like_x(op, "y", y, dt, n, h);
     need_vec(op, "w", w, dt, h);
-    if (given(b)) need_vec(op, "b", b, dt, h);
-    if (given(mean)) need_row_stat(op, "mean", mean, dt, n);
-    if (given(rstd)) need_row_stat(op, "rstd", rstd, dt, n);
+    if (mc_tensor_present(b)) need_vec(op, "b", b, dt, h);
+    if (mc_tensor_present(mean)) need_row_stat(op, "mean", mean, dt, n);
+    if (mc_tensor_present(rstd)) need_row_stat(op, "rstd", rstd, dt, n);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_LAYERNORM_FWD, .rows = n, .cols = h});
     be->layernorm_fwd(be, y, mean, rstd, x, w, b, eps);
 }
@@ -405,11 +402,11 @@ void mc_op_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor
     int64_t n = rows_of(x), h = cols_of(x);
     need_like_x(op, "dy", dy, dt, n, h);
     need_vec(op, "w", w, dt, h);
-    if (given(b)) need_vec(op, "b", b, dt, h);
+    if (mc_tensor_present(b)) need_vec(op, "b", b, dt, h);
     need_row_stat(op, "mean", mean, dt, n);
     need_row_stat(op, "rstd", rstd, dt, n);
-    if (given(dw)) need_col_grad(op, "dw", dw, dt, h);
-    if (given(db)) need_col_grad(op, "db", db, dt, h);
+    if (mc_tensor_present(dw)) need_col_grad(op, "dw", dw, dt, h);
+    if (mc_tensor_present(db)) need_col_grad(op, "db", db, dt, h);
     norm_bwd_outputs(op, dx, dxsum, y, dy, x, dt, n, h);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_LAYERNORM_BWD, .rows = n, .cols = h});
     be->layernorm_bwd(be, dx, dw, db, dxsum, y, dy, x, w, b, mean, rstd);
@@ -422,7 +419,7 @@ void mc_op_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_t
     int64_t n = rows_of(x), h = cols_of(x);
     need_like_x(op, "y", y, dt, n, h);
     need_vec(op, "w", w, dt, h);
-    if (given(rstd)) need_row_stat(op, "rstd", rstd, dt, n);
+    if (mc_tensor_present(rstd)) need_row_stat(op, "rstd", rstd, dt, n);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_RMSNORM_FWD, .rows = n, .cols = h});
     be->rmsnorm_fwd(be, y, rstd, x, w, eps);
 }
@@ -435,7 +432,7 @@ void mc_op_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *
     need_like_x(op, "dy", dy, dt, n, h);
     need_vec(op, "w", w, dt, h);
     need_row_stat(op, "rstd", rstd, dt, n);
-    if (given(dw)) need_col_grad(op, "dw", dw, dt, h);
+    if (mc_tensor_present(dw)) need_col_grad(op, "dw", dw, dt, h);
     norm_bwd_outputs(op, dx, dxsum, y, dy, x, dt, n, h);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_RMSNORM_BWD, .rows = n, .cols = h});
     be->rmsnorm_bwd(be, dx, dw, dxsum, y, dy, x, w, rstd);
@@ -483,7 +480,7 @@ static void rope_checks(const char *op, const rope_names *nm, const mc_tensor *q
     int64_t max_pos = rows_of(&d->cos);
     need_2d(op, nm->cos, &d->cos, max_pos, d->rot_dim / 2, "positions x rot_dim/2");
     need_2d(op, nm->sin, &d->sin, max_pos, d->rot_dim / 2, "cos's shape");
-    if (given(&d->pos)) {
+    if (mc_tensor_present(&d->pos)) {
         need_ids(op, nm->pos, &d->pos);
         need_numel(op, nm->pos, &d->pos, d->seq * d->batch, "S x B tokens");
     } else if (d->seq > max_pos) {
@@ -546,7 +543,7 @@ void mc_op_swiglu_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *y, const mc_tens
     need_act(op, "dx", dx, dt, "x's");
     need_2d(op, "dy", dy, n, f, "x's rows x half x's last dim");
     need_2d(op, "dx", dx, n, 2 * f, "x's shape");
-    if (given(y)) {
+    if (mc_tensor_present(y)) {
         need_act(op, "y", y, dt, "x's");
         need_2d(op, "y", y, n, f, "dy's shape");
     }
@@ -565,7 +562,7 @@ static mc_dtype attention_checks(mc_backend *be, const char *op, const mc_tensor
     need_probability(op, "d.dropout", d->dropout);
     mc_dtype dt = need_compute(be, op, "qkv", qkv);
     need_qkv(op, "qkv", qkv, d->seq, d->batch, d->heads, d->groups, d->head_dim);
-    if (given(&d->seg_start)) {
+    if (mc_tensor_present(&d->seg_start)) {
         need_ids(op, "d.seg_start", &d->seg_start);
         need_numel(op, "d.seg_start", &d->seg_start, d->batch * d->seq, "B x S");
     }
@@ -598,7 +595,7 @@ void mc_op_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, cons
     need_numel(op, "out", out, nout, "S x B x heads x head_dim");
     need_stat(op, "lse", lse, dt);
     need_numel(op, "lse", lse, d->batch * d->heads * d->seq, "B x heads x S");
-    if (given(dbias)) {
+    if (mc_tensor_present(dbias)) {
         need_stat(op, "dbias", dbias, dt);
         need_numel(op, "dbias", dbias, (int64_t)(d->heads + 2 * d->groups) * d->head_dim, "the qkv width");
     }
@@ -712,16 +709,16 @@ void mc_op_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, c
                           const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                           const mc_tensor *mask, int64_t vocab_start, float grad_scale) {
     const char *op = "xent_loss_grad";
-    mc_dtype dt = xent_logits(be, op, logits, targets, given(dlogits));
+    mc_dtype dt = xent_logits(be, op, logits, targets, mc_tensor_present(dlogits));
     int64_t n = rows_of(logits), v = cols_of(logits);
     need_logits_stat(op, "loss", loss, dt, n, "logits' rows");
     need_logits_stat(op, "rowmax", rowmax, dt, n, "logits' rows");
     need_logits_stat(op, "stats", stats, dt, 2 * n, "2 x logits' rows");
-    if (given(dlogits)) {
+    if (mc_tensor_present(dlogits)) {
         need_act(op, "dlogits", dlogits, dt, "logits'");
         need_2d(op, "dlogits", dlogits, n, v, "logits' shape");
     }
-    if (given(mask)) need_logits_stat(op, "mask", mask, dt, n, "logits' rows");
+    if (mc_tensor_present(mask)) need_logits_stat(op, "mask", mask, dt, n, "logits' rows");
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_XENT_LOSS_GRAD, .rows = n, .cols = v});
     be->xent_loss_grad(be, loss, dlogits, logits, rowmax, stats, targets, mask, vocab_start, grad_scale);
 }
@@ -732,11 +729,11 @@ void mc_op_xent_fused(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const
     mc_dtype dt = xent_logits(be, op, logits, targets, true);
     int64_t n = rows_of(logits), v = cols_of(logits);
     need_logits_stat(op, "loss", loss, dt, n, "logits' rows");
-    if (given(dlogits)) {
+    if (mc_tensor_present(dlogits)) {
         need_act(op, "dlogits", dlogits, dt, "logits'");
         need_2d(op, "dlogits", dlogits, n, v, "logits' shape");
     }
-    if (given(mask)) need_logits_stat(op, "mask", mask, dt, n, "logits' rows");
+    if (mc_tensor_present(mask)) need_logits_stat(op, "mask", mask, dt, n, "logits' rows");
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_XENT_FUSED, .rows = n, .cols = v});
     be->xent_fused(be, loss, dlogits, logits, targets, mask, grad_scale);
 }
@@ -775,7 +772,7 @@ void mc_op_adamw(mc_backend *be, const mc_adamw_desc *d) {
     need_pointer(op, "d.exp_avg_sq", d->exp_avg_sq);
     if (d->step < 1) op_fail(op, "d.step", "a step >= 1 (1-based)", textf("%lld", (long long)d->step).s);
     need_segment_list(op, d->segments, d->nsegments);
-    bool copy = given(&d->param_copy);
+    bool copy = mc_tensor_present(&d->param_copy);
     if (copy) need_storage(be, op, "d.param_copy", &d->param_copy);
     int64_t grad_numel = d->grad_numel;
     const char *grad_name = "d.grad";
