@@ -28,6 +28,7 @@
 #include "base/philox.h"
 #include "check.h"
 #include "tensor/backend.h"
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 static mc_backend *cpu, *gpu;
@@ -237,7 +238,7 @@ static void test_fill_convert(void) {
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         mc_tensor t = mk1(gpu, dt, NULL, n);
-        gpu->fill(gpu, &t, 0.3);
+        mc_op_fill(gpu, &t, 0.3);
         float *got = dl(gpu, &t);
         float want = round_to(dt, 0.3f);
         bool ok = true;
@@ -255,8 +256,8 @@ static void test_fill_convert(void) {
         size_t lb = (size_t)n * 2;
         mc_tensor gsrc = mk1(gpu, F32, h, n), csrc = mk1(cpu, F32, h, n);
         mc_tensor glo = mc_tensor_1d(balloc(gpu, lb), lo, n), clo = mc_tensor_1d(balloc(cpu, lb), lo, n);
-        gpu->convert(gpu, &glo, &gsrc);
-        cpu->convert(cpu, &clo, &csrc);
+        mc_op_convert(gpu, &glo, &gsrc);
+        mc_op_convert(cpu, &clo, &csrc);
         void *got = dl_raw(gpu, glo.data, lb);
         bool ok = memcmp(got, clo.data, lb) == 0;
         char what[96];
@@ -264,8 +265,8 @@ static void test_fill_convert(void) {
         printf("  %-52s      %s\n", what, ok ? "exact" : "DIFFER  <-- FAIL");
         CHECK(ok, "%s", what);
         mc_tensor gback = mk1(gpu, F32, NULL, n), cback = mk1(cpu, F32, NULL, n);
-        gpu->convert(gpu, &gback, &glo);
-        cpu->convert(cpu, &cback, &clo);
+        mc_op_convert(gpu, &gback, &glo);
+        mc_op_convert(cpu, &cback, &clo);
         float *gb = dl(gpu, &gback);
         ok = memcmp(gb, cback.data, (size_t)n * 4) == 0;
         snprintf(what, sizeof what, "convert %s -> F32 (bits vs CPU)", mc_dtype_name(lo));
@@ -276,7 +277,7 @@ static void test_fill_convert(void) {
     mc_tensor gsrc = mk1(gpu, F32, h, n);
     mc_tensor glo = mk1(gpu, BF16, NULL, n);
     mc_tensor s1 = mc_tensor_1d((float *)gsrc.data + 1, F32, n - 3), d1 = mc_tensor_1d((uint16_t *)glo.data + 3, BF16, n - 3);
-    gpu->convert(gpu, &d1, &s1);
+    mc_op_convert(gpu, &d1, &s1);
     uint16_t *got = dl_raw(gpu, glo.data, (size_t)n * 2);
     bool ok = true;
     for (int64_t i = 0; i < n - 3; i++) ok = ok && got[i + 3] == mc_f32_to_bf16(h[i + 1]);
@@ -294,8 +295,8 @@ static void test_init_normal(void) {
         mc_dtype dt = k_dtypes[k];
         mc_tensor c = mk2(cpu, dt, NULL, rows, cols);
         mc_tensor g = mk2(gpu, dt, NULL, rows, cols);
-        cpu->init_normal(cpu, &c, seed, stream, 0.02, row_index, stride, col0);
-        gpu->init_normal(gpu, &g, seed, stream, 0.02, row_index, stride, col0);
+        mc_op_init_normal(cpu, &c, seed, stream, 0.02, row_index, stride, col0);
+        mc_op_init_normal(gpu, &g, seed, stream, 0.02, row_index, stride, col0);
         float *gv = dl(gpu, &g), *cv = dl(cpu, &c);
         int64_t exact = 0, one_ulp = 0, worse = 0;
         for (int64_t i = 0; i < rows * cols; i++) {
@@ -311,8 +312,8 @@ static void test_init_normal(void) {
     /* 1-D */
     int64_t n = 1001, zero = 0;
     mc_tensor c = mk1(cpu, F32, NULL, n), g = mk1(gpu, F32, NULL, n);
-    cpu->init_normal(cpu, &c, seed, stream, 1.0, &zero, 0, 0);
-    gpu->init_normal(gpu, &g, seed, stream, 1.0, &zero, 0, 0);
+    mc_op_init_normal(cpu, &c, seed, stream, 1.0, &zero, 0, 0);
+    mc_op_init_normal(gpu, &g, seed, stream, 1.0, &zero, 0, 0);
     cmp("init_normal 1-D", F32, dl(gpu, &g), c.data, n);
     release_all();
 }
@@ -334,8 +335,8 @@ static void test_gemm(void) {
             mc_tensor ga = ta ? mk2(gpu, dt, a, k, m) : mk2(gpu, dt, a, m, k);
             mc_tensor gb = tb ? mk2(gpu, dt, b, n, k) : mk2(gpu, dt, b, k, n);
             mc_tensor gc = mk2(gpu, ct, c0, m, n);
-            cpu->gemm(cpu, &cc, &ca, ta, &cb, tb, alpha, beta);
-            gpu->gemm(gpu, &gc, &ga, ta, &gb, tb, alpha, beta);
+            mc_op_gemm(cpu, &cc, &ca, ta, &cb, tb, alpha, beta);
+            mc_op_gemm(gpu, &gc, &ga, ta, &gb, tb, alpha, beta);
             char what[96];
             snprintf(what, sizeof what, "gemm %s%s alpha/beta%s", ta ? "T" : "N", tb ? "T" : "N",
                      kk == 2 ? " (BF16 in, F32 out)" : kk == 4 ? " (F16 in, F32 out)" : "");
@@ -359,8 +360,8 @@ static void test_linear(void) {
             mc_tensor cy = mk2(cpu, F32, NULL, N, out), cdy = mk2(cpu, F32, dy, N, out);
             mc_tensor cdx = mk2(cpu, F32, NULL, N, in), cdw = mk2(cpu, F32, dw0, out, in), cdb = mk1(cpu, F32, db0, out);
             mc_tensor none = mc_tensor_none();
-            cpu->linear_fwd(cpu, &cy, &cx, &cw, bias ? &cb : &none);
-            cpu->linear_bwd(cpu, &cdx, &cdw, bias ? &cdb : &none, &cdy, &cx, &cw, true);
+            mc_op_linear_fwd(cpu, &cy, &cx, &cw, bias ? &cb : &none);
+            mc_op_linear_bwd(cpu, &cdx, &cdw, bias ? &cdb : &none, &cdy, &cx, &cw, true);
 
             mc_tensor gx = mk2(gpu, dt, x, N, in), gy = mk2(gpu, dt, NULL, N, out), gdy = mk2(gpu, dt, dy, N, out);
             mc_tensor gw, gb;
@@ -376,8 +377,8 @@ static void test_linear(void) {
                 gb = mk1(gpu, dt, b, out);
             }
             mc_tensor gdx = mk2(gpu, dt, NULL, N, in), gdw = mk2(gpu, F32, dw0, out, in), gdb = mk1(gpu, F32, db0, out);
-            gpu->linear_fwd(gpu, &gy, &gx, &gw, bias ? &gb : &none);
-            gpu->linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw, true);
+            mc_op_linear_fwd(gpu, &gy, &gx, &gw, bias ? &gb : &none);
+            mc_op_linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw, true);
             const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias, unaligned w/b";
             char what[96];
             snprintf(what, sizeof what, "linear_fwd y (%s)", vn);
@@ -401,15 +402,15 @@ static void test_linear(void) {
         mc_tensor cx = mk2(cpu, F32, x, n2, i2), cw = mk2(cpu, F32, w, o2, i2), cb = mk1(cpu, F32, b, o2);
         mc_tensor cy = mk2(cpu, F32, NULL, n2, o2), cdy = mk2(cpu, F32, dy, n2, o2);
         mc_tensor cdw = mk2(cpu, F32, NULL, o2, i2), cdb = mk1(cpu, F32, NULL, o2), none = mc_tensor_none();
-        cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
-        cpu->linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw, true);
+        mc_op_linear_fwd(cpu, &cy, &cx, &cw, &cb);
+        mc_op_linear_bwd(cpu, &none, &cdw, &cdb, &cdy, &cx, &cw, true);
         for (int k = 0; k < NDTYPES; k++) {
             mc_dtype t = k_dtypes[k];
             mc_tensor gx = mk2(gpu, t, x, n2, i2), gw = mk2(gpu, t, w, o2, i2), gb = mk1(gpu, t, b, o2);
             mc_tensor gy = mk2(gpu, t, NULL, n2, o2), gdy = mk2(gpu, t, dy, n2, o2);
             mc_tensor gdw = mk2(gpu, F32, NULL, o2, i2), gdb = mk1(gpu, F32, NULL, o2);
-            gpu->linear_fwd(gpu, &gy, &gx, &gw, &gb);
-            gpu->linear_bwd(gpu, &none, &gdw, &gdb, &gdy, &gx, &gw, true);
+            mc_op_linear_fwd(gpu, &gy, &gx, &gw, &gb);
+            mc_op_linear_bwd(gpu, &none, &gdw, &gdb, &gdy, &gx, &gw, true);
             cmp("linear_fwd y (1024x256 -> 384, bias)", t, dl(gpu, &gy), cy.data, n2 * o2);
             cmp("linear_bwd dw (1024 rows)", t, dl(gpu, &gdw), cdw.data, o2 * i2);
             cmp("linear_bwd db (1024 rows)", t, dl(gpu, &gdb), cdb.data, o2);
@@ -433,7 +434,7 @@ static void test_linear_residual(void) {
             mc_tensor none = mc_tensor_none();
             mc_tensor cx = mk2(cpu, F32, x, N, in), cw = mk2(cpu, F32, w, out, in), cb = mk1(cpu, F32, b, out);
             mc_tensor cr = mk2(cpu, F32, r, N, out), cy = mk2(cpu, F32, NULL, N, out);
-            cpu->linear_residual_fwd(cpu, &cy, &cr, &cx, &cw, bias ? &cb : &none);
+            mc_op_linear_residual_fwd(cpu, &cy, &cr, &cx, &cw, bias ? &cb : &none);
             mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gy = mk2(gpu, dt, NULL, N, out);
             mc_tensor gb, gr;
             if (variant == 2) { /* [1 pad][b][r] */
@@ -447,7 +448,7 @@ static void test_linear_residual(void) {
                 gb = mk1(gpu, dt, b, out);
                 gr = mk2(gpu, dt, r, N, out);
             }
-            gpu->linear_residual_fwd(gpu, &gy, &gr, &gx, &gw, bias ? &gb : &none);
+            mc_op_linear_residual_fwd(gpu, &gy, &gr, &gx, &gw, bias ? &gb : &none);
             char what[96];
             snprintf(what, sizeof what, "linear_residual_fwd y (%s)",
                      variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias and residual unaligned");
@@ -472,12 +473,12 @@ static void test_linear_autotuned(void) {
         mc_tensor none = mc_tensor_none();
         mc_tensor cx = mk2(cpu, F32, x, N, in), cw = mk2(cpu, F32, w, out, in), cb = mk1(cpu, F32, b, out);
         mc_tensor cy = mk2(cpu, F32, NULL, N, out), cdy = mk2(cpu, F32, dy, N, out), cdx = mk2(cpu, F32, NULL, N, in);
-        cpu->linear_fwd(cpu, &cy, &cx, &cw, &cb);
-        cpu->linear_bwd(cpu, &cdx, &none, &none, &cdy, &cx, &cw, true);
+        mc_op_linear_fwd(cpu, &cy, &cx, &cw, &cb);
+        mc_op_linear_bwd(cpu, &cdx, &none, &none, &cdy, &cx, &cw, true);
         mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gb = mk1(gpu, dt, b, out);
         mc_tensor gy = mk2(gpu, dt, NULL, N, out), gdy = mk2(gpu, dt, dy, N, out), gdx = mk2(gpu, dt, NULL, N, in);
-        gpu->linear_fwd(gpu, &gy, &gx, &gw, &gb);
-        gpu->linear_bwd(gpu, &gdx, &none, &none, &gdy, &gx, &gw, true);
+        mc_op_linear_fwd(gpu, &gy, &gx, &gw, &gb);
+        mc_op_linear_bwd(gpu, &gdx, &none, &none, &gdy, &gx, &gw, true);
         cmp("linear_fwd y (autotuned GEMM)", dt, dl(gpu, &gy), cy.data, N * out);
         cmp("linear_bwd dx (autotuned GEMM)", dt, dl(gpu, &gdx), cdx.data, N * in);
         release_all();
@@ -497,11 +498,11 @@ static void linear_gelu_case(mc_dtype dt, int64_t N, int64_t in, int64_t f, int6
     mc_tensor none = mc_tensor_none();
     mc_tensor cx = mk2(cpu, F32, x, N, in), cw1 = mk2(cpu, F32, w1, f, in), cb1 = mk1(cpu, F32, b1, f);
     mc_tensor cy = mk2(cpu, F32, NULL, N, f), cpre = mk2(cpu, F32, NULL, N, f);
-    cpu->linear_gelu_fwd(cpu, &cy, &cpre, &cx, &cw1, bias ? &cb1 : &none);
+    mc_op_linear_gelu_fwd(cpu, &cy, &cpre, &cx, &cw1, bias ? &cb1 : &none);
     float *pre_r = as_dtype(fcopy(cpre.data, N * f), N * f, dt);
     mc_tensor cpre_r = mk2(cpu, F32, pre_r, N, f), cw2 = mk2(cpu, F32, w2, out, f), cdy = mk2(cpu, F32, dy, N, out);
     mc_tensor cdpre = mk2(cpu, F32, NULL, N, f), cdb = mk1(cpu, F32, db0, f);
-    cpu->linear_dgelu_bwd(cpu, &cdpre, bias ? &cdb : &none, &cdy, &cw2, &cpre_r);
+    mc_op_linear_dgelu_bwd(cpu, &cdpre, bias ? &cdb : &none, &cdy, &cw2, &cpre_r);
 
     mc_tensor gx = mk2(gpu, dt, x, N, in), gw1 = mk2(gpu, dt, w1, f, in), gb1;
     if (variant == 2) { /* [1 pad][b1] */
@@ -512,10 +513,10 @@ static void linear_gelu_case(mc_dtype dt, int64_t N, int64_t in, int64_t f, int6
         gb1 = mk1(gpu, dt, b1, f);
     }
     mc_tensor gy = mk2(gpu, dt, NULL, N, f), gpre = mk2(gpu, dt, NULL, N, f);
-    gpu->linear_gelu_fwd(gpu, &gy, &gpre, &gx, &gw1, bias ? &gb1 : &none);
+    mc_op_linear_gelu_fwd(gpu, &gy, &gpre, &gx, &gw1, bias ? &gb1 : &none);
     mc_tensor gpre_r = mk2(gpu, dt, pre_r, N, f), gw2 = mk2(gpu, dt, w2, out, f), gdy = mk2(gpu, dt, dy, N, out);
     mc_tensor gdpre = mk2(gpu, dt, NULL, N, f), gdb = mk1(gpu, F32, db0, f);
-    gpu->linear_dgelu_bwd(gpu, &gdpre, bias ? &gdb : &none, &gdy, &gw2, &gpre_r);
+    mc_op_linear_dgelu_bwd(gpu, &gdpre, bias ? &gdb : &none, &gdy, &gw2, &gpre_r);
     char what[96];
     const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias unaligned";
     snprintf(what, sizeof what, "linear_gelu_fwd pre (%lldx%lld->%lld, %s)", (long long)N, (long long)in, (long long)f, vn);
@@ -530,8 +531,8 @@ static void linear_gelu_case(mc_dtype dt, int64_t N, int64_t in, int64_t f, int6
         /* run to run: the epilogue's sums over tokens too */
         mc_tensor gdpre2 = mk2(gpu, dt, NULL, N, f), gdb2 = mk1(gpu, F32, db0, f);
         gdb = mk1(gpu, F32, db0, f);
-        gpu->linear_dgelu_bwd(gpu, &gdpre, &gdb, &gdy, &gw2, &gpre_r);
-        gpu->linear_dgelu_bwd(gpu, &gdpre2, &gdb2, &gdy, &gw2, &gpre_r);
+        mc_op_linear_dgelu_bwd(gpu, &gdpre, &gdb, &gdy, &gw2, &gpre_r);
+        mc_op_linear_dgelu_bwd(gpu, &gdpre2, &gdb2, &gdy, &gw2, &gpre_r);
         size_t pb = (size_t)(N * f) * mc_dtype_size(dt);
         snprintf(what, sizeof what, "linear_dgelu_bwd %s dpre, db (f=%lld)", mc_dtype_name(dt), (long long)f);
         same_bits(what, dl_raw(gpu, gdpre.data, pb), dl_raw(gpu, gdpre2.data, pb), pb);
@@ -563,9 +564,9 @@ static void test_linear_bias_grad(void) {
         mc_tensor gx = mk2(gpu, dt, x, N, in), gw = mk2(gpu, dt, w, out, in), gdy = mk2(gpu, dt, dy, N, out);
         mc_tensor dw1 = mk2(gpu, F32, NULL, out, in), dw2 = mk2(gpu, F32, NULL, out, in);
         mc_tensor db1 = mk1(gpu, F32, db0, out), db2 = mk1(gpu, F32, db0, out), db3 = mk1(gpu, F32, db0, out);
-        gpu->linear_bwd(gpu, &none, &dw1, &db1, &gdy, &gx, &gw, true);
-        gpu->linear_bwd(gpu, &none, &dw2, &db2, &gdy, &gx, &gw, true);
-        gpu->linear_bwd(gpu, &none, &none, &db3, &gdy, &gx, &gw, true); /* the column-sum kernel */
+        mc_op_linear_bwd(gpu, &none, &dw1, &db1, &gdy, &gx, &gw, true);
+        mc_op_linear_bwd(gpu, &none, &dw2, &db2, &gdy, &gx, &gw, true);
+        mc_op_linear_bwd(gpu, &none, &none, &db3, &gdy, &gx, &gw, true); /* the column-sum kernel */
         same_bits("linear_bwd dw with db, run to run", dl_raw(gpu, dw1.data, (size_t)(out * in) * 4),
                   dl_raw(gpu, dw2.data, (size_t)(out * in) * 4), (size_t)(out * in) * 4);
         same_bits("linear_bwd db from the dw GEMM, run to run", dl_raw(gpu, db1.data, (size_t)out * 4),
@@ -579,11 +580,11 @@ static void test_linear_bias_grad(void) {
         mc_tensor rw = mk2(gpu, F32, NULL, out, in), rb = mk1(gpu, F32, NULL, out), rb2 = mk1(gpu, F32, NULL, out);
         mc_tensor ow = mk2(gpu, F32, nan_w, out, in), ob = mk1(gpu, F32, nan_b, out);
         mc_tensor ow2 = mk2(gpu, F32, nan_w, out, in), ob2 = mk1(gpu, F32, nan_b, out);
-        gpu->linear_bwd(gpu, &none, &rw, &rb, &gdy, &gx, &gw, true);
-        gpu->linear_bwd(gpu, &none, &none, &rb2, &gdy, &gx, &gw, true);
-        gpu->linear_bwd(gpu, &none, &ow, &ob, &gdy, &gx, &gw, false);  /* with db: BGRADB into db */
-        gpu->linear_bwd(gpu, &none, &ow2, &none, &gdy, &gx, &gw, false); /* dw alone */
-        gpu->linear_bwd(gpu, &none, &none, &ob2, &gdy, &gx, &gw, false); /* db alone: column sums */
+        mc_op_linear_bwd(gpu, &none, &rw, &rb, &gdy, &gx, &gw, true);
+        mc_op_linear_bwd(gpu, &none, &none, &rb2, &gdy, &gx, &gw, true);
+        mc_op_linear_bwd(gpu, &none, &ow, &ob, &gdy, &gx, &gw, false);  /* with db: BGRADB into db */
+        mc_op_linear_bwd(gpu, &none, &ow2, &none, &gdy, &gx, &gw, false); /* dw alone */
+        mc_op_linear_bwd(gpu, &none, &none, &ob2, &gdy, &gx, &gw, false); /* db alone: column sums */
         cmp("linear_bwd dw written (with db)", dt, dl(gpu, &ow), dl(gpu, &rw), out * in);
         cmp("linear_bwd db written (with dw)", dt, dl(gpu, &ob), dl(gpu, &rb), out);
         cmp("linear_bwd dw written (alone)", dt, dl(gpu, &ow2), dl(gpu, &rw), out * in);
@@ -610,17 +611,17 @@ static void test_embedding(void) {
             mc_tensor ctab = mk2(cpu, F32, table, rows, h), gtab = mk2(gpu, dt, table, rows, h);
             for (int acc = 0; acc < 2; acc++) {
                 mc_tensor cy = mk2(cpu, F32, y0, ntok, h), gy = mk2(gpu, dt, y0, ntok, h);
-                cpu->embedding_fwd(cpu, &cy, &cids, &ctab, vocab_start, acc);
-                gpu->embedding_fwd(gpu, &gy, &gids, &gtab, vocab_start, acc);
+                mc_op_embedding_fwd(cpu, &cy, &cids, &ctab, vocab_start, acc);
+                mc_op_embedding_fwd(gpu, &gy, &gids, &gtab, vocab_start, acc);
                 char what[96];
                 snprintf(what, sizeof what, "embedding_fwd h=%lld%s", (long long)h, acc ? " accumulate" : "");
                 cmp(what, dt, dl(gpu, &gy), cy.data, ntok * h);
             }
             mc_tensor cdy = mk2(cpu, F32, dy, ntok, h), gdy = mk2(gpu, dt, dy, ntok, h);
             mc_tensor cdt = mk2(cpu, F32, dt0, rows, h), gdt = mk2(gpu, F32, dt0, rows, h), gdt2 = mk2(gpu, F32, dt0, rows, h);
-            cpu->embedding_bwd(cpu, &cdt, &cdy, &cids, vocab_start);
-            gpu->embedding_bwd(gpu, &gdt, &gdy, &gids, vocab_start);
-            gpu->embedding_bwd(gpu, &gdt2, &gdy, &gids, vocab_start);
+            mc_op_embedding_bwd(cpu, &cdt, &cdy, &cids, vocab_start);
+            mc_op_embedding_bwd(gpu, &gdt, &gdy, &gids, vocab_start);
+            mc_op_embedding_bwd(gpu, &gdt2, &gdy, &gids, vocab_start);
             char what[96];
             snprintf(what, sizeof what, "embedding_bwd dtable += (F32) h=%lld", (long long)h);
             float *r1 = dl(gpu, &gdt), *r2 = dl(gpu, &gdt2);
@@ -663,18 +664,18 @@ static void norm_case(int64_t N, int64_t h, bool layernorm, bool with_bias, mc_d
     snprintf(tag, sizeof tag, "%s N=%lld h=%lld%s", layernorm ? "layernorm" : "rmsnorm", (long long)N, (long long)h,
              layernorm && !with_bias ? " no bias" : "");
     if (layernorm) {
-        cpu->layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
-        gpu->layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
-        cpu->layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cds, &none, &cdy, &cx, &cw, &none, &cm, &cr);
+        mc_op_layernorm_fwd(cpu, &cy, &cm, &cr, &cx, &cw, with_bias ? &cb : &none, eps);
+        mc_op_layernorm_fwd(gpu, &gy, &gm, &gr, &gx, &gw, with_bias ? &gb : &none, eps);
+        mc_op_layernorm_bwd(cpu, &cdx, &cdw, with_bias ? &cdb : &none, &cds, &none, &cdy, &cx, &cw, &none, &cm, &cr);
         for (int r = 0; r < 3; r++)
-            gpu->layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r < 2 ? &gds[r] : &none,
+            mc_op_layernorm_bwd(gpu, &gdx[r], &gdw[r], with_bias ? &gdb[r] : &none, r < 2 ? &gds[r] : &none,
                                r == 0 ? &gyre : &none, &gdy, &gx, &gw, with_bias ? &gb : &none, &gm, &gr);
     } else {
-        cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
-        gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
-        cpu->rmsnorm_bwd(cpu, &cdx, &cdw, &cds, &none, &cdy, &cx, &cw, &cr);
+        mc_op_rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, eps);
+        mc_op_rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, eps);
+        mc_op_rmsnorm_bwd(cpu, &cdx, &cdw, &cds, &none, &cdy, &cx, &cw, &cr);
         for (int r = 0; r < 3; r++)
-            gpu->rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r < 2 ? &gds[r] : &none, r == 0 ? &gyre : &none, &gdy, &gx, &gw,
+            mc_op_rmsnorm_bwd(gpu, &gdx[r], &gdw[r], r < 2 ? &gds[r] : &none, r == 0 ? &gyre : &none, &gdy, &gx, &gw,
                              &gr);
     }
     snprintf(what, sizeof what, "%s bwd's rewritten y = fwd y", tag);
@@ -764,11 +765,11 @@ static void test_norm_alias(void) {
             mc_tensor cr = mk1(cpu, F32, NULL, N), cd = mk2(cpu, F32, dy, N, h), cdw = mk1(cpu, F32, NULL, h);
             mc_tensor gx = mk2(gpu, dt, x, N, h), gw = mk1(gpu, dt, w, h), gy = mk2(gpu, dt, NULL, N, h);
             mc_tensor gr = mk1(gpu, F32, NULL, N), gd = mk2(gpu, dt, dy, N, h), gdw = mk1(gpu, F32, NULL, h);
-            cpu->rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
-            gpu->rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
+            mc_op_rmsnorm_fwd(cpu, &cy, &cr, &cx, &cw, 1e-6f);
+            mc_op_rmsnorm_fwd(gpu, &gy, &gr, &gx, &gw, 1e-6f);
             mc_tensor none = mc_tensor_none();
-            cpu->rmsnorm_bwd(cpu, &cd, &cdw, &none, &none, &cd, &cx, &cw, &cr);
-            gpu->rmsnorm_bwd(gpu, &gd, &gdw, &none, &none, &gd, &gx, &gw, &gr);
+            mc_op_rmsnorm_bwd(cpu, &cd, &cdw, &none, &none, &cd, &cx, &cw, &cr);
+            mc_op_rmsnorm_bwd(gpu, &gd, &gdw, &none, &none, &gd, &gx, &gw, &gr);
             char what[96];
             snprintf(what, sizeof what, "rmsnorm_bwd dx aliasing dy (N=%lld h=%lld)", (long long)N, (long long)h);
             cmp(what, dt, dl(gpu, &gd), cd.data, N * h);
@@ -810,8 +811,8 @@ static void test_rope(void) {
                     gd.sin = mk2(gpu, F32, sinv, P, half);
                     gd.pos = with_pos ? mk_i32(gpu, pos, S * B) : mc_tensor_none();
                     mc_tensor cq = mk1(cpu, F32, q, nqkv), gq = mk1(gpu, dt, q, nqkv);
-                    cpu->rope(cpu, &cq, &cd, inv);
-                    gpu->rope(gpu, &gq, &gd, inv);
+                    mc_op_rope(cpu, &cq, &cd, inv);
+                    mc_op_rope(gpu, &gq, &gd, inv);
                     char what[96];
                     snprintf(what, sizeof what, "rope rot_dim=%d%s%s (GQA 4/2)", rot, with_pos ? " pos ids" : "",
                              inv ? " inverse" : "");
@@ -835,11 +836,11 @@ static void test_activations(void) {
             mc_tensor cdx = mk1(cpu, F32, NULL, n);
             mc_tensor gx = mk1(gpu, dt, x, n), gy = mk1(gpu, dt, NULL, n), gdy = mk1(gpu, dt, dy, n);
             mc_tensor gdx = mk1(gpu, dt, NULL, n), gdy2 = mk1(gpu, dt, dy, n);
-            cpu->gelu_fwd(cpu, &cy, &cx, th);
-            gpu->gelu_fwd(gpu, &gy, &gx, th);
-            cpu->gelu_bwd(cpu, &cdx, &cdy, &cx, th);
-            gpu->gelu_bwd(gpu, &gdx, &gdy, &gx, th);
-            gpu->gelu_bwd(gpu, &gdy2, &gdy2, &gx, th); /* dx aliasing dy */
+            mc_op_gelu_fwd(cpu, &cy, &cx, th);
+            mc_op_gelu_fwd(gpu, &gy, &gx, th);
+            mc_op_gelu_bwd(cpu, &cdx, &cdy, &cx, th);
+            mc_op_gelu_bwd(gpu, &gdx, &gdy, &gx, th);
+            mc_op_gelu_bwd(gpu, &gdy2, &gdy2, &gx, th); /* dx aliasing dy */
             cmp(th ? "gelu_fwd tanh" : "gelu_fwd erf", dt, dl(gpu, &gy), cy.data, n);
             cmp(th ? "gelu_bwd tanh" : "gelu_bwd erf", dt, dl(gpu, &gdx), cdx.data, n);
             cmp(th ? "gelu_bwd tanh, dx aliasing dy" : "gelu_bwd erf, dx aliasing dy", dt, dl(gpu, &gdy2), cdx.data, n);
@@ -853,11 +854,11 @@ static void test_activations(void) {
             mc_tensor gx = mk2(gpu, dt, x, N, 2 * f), gy = mk2(gpu, dt, NULL, N, f), gdy = mk2(gpu, dt, dy, N, f);
             mc_tensor gdx = mk2(gpu, dt, NULL, N, 2 * f), gyre = mk2(gpu, dt, NULL, N, f), none = mc_tensor_none();
             mc_tensor gx_in = mk2(gpu, dt, x, N, 2 * f);
-            cpu->swiglu_fwd(cpu, &cy, &cx);
-            gpu->swiglu_fwd(gpu, &gy, &gx);
-            cpu->swiglu_bwd(cpu, &cdx, &none, &cdy, &cx);
-            gpu->swiglu_bwd(gpu, &gdx, &none, &gdy, &gx);
-            gpu->swiglu_bwd(gpu, &gx_in, &gyre, &gdy, &gx_in); /* in place, rewriting y: as the model does */
+            mc_op_swiglu_fwd(cpu, &cy, &cx);
+            mc_op_swiglu_fwd(gpu, &gy, &gx);
+            mc_op_swiglu_bwd(cpu, &cdx, &none, &cdy, &cx);
+            mc_op_swiglu_bwd(gpu, &gdx, &none, &gdy, &gx);
+            mc_op_swiglu_bwd(gpu, &gx_in, &gyre, &gdy, &gx_in); /* in place, rewriting y: as the model does */
             char what[96];
             snprintf(what, sizeof what, "swiglu_bwd f=%lld in place, rewriting y", (long long)f);
             bool same = memcmp(dl(gpu, &gyre), dl(gpu, &gy), (size_t)(N * f) * 4) == 0 &&
@@ -888,13 +889,13 @@ static void test_dropout(void) {
             mc_tensor cdx = mk1(cpu, F32, NULL, n), cya = mk1(cpu, F32, NULL, n);
             mc_tensor gx = mk1(gpu, dt, x, n), gy = mk1(gpu, dt, NULL, n), gr = mk1(gpu, dt, r, n);
             mc_tensor gdx = mk1(gpu, dt, NULL, n), gya = mk1(gpu, dt, NULL, n), gres = mk1(gpu, dt, r, n);
-            cpu->dropout_fwd(cpu, &cy, &cx, p, seed, stream);
-            gpu->dropout_fwd(gpu, &gy, &gx, p, seed, stream);
-            cpu->dropout_bwd(cpu, &cdx, &cx, p, seed, stream + 1);
-            gpu->dropout_bwd(gpu, &gdx, &gx, p, seed, stream + 1);
-            cpu->dropout_add_fwd(cpu, &cya, &cr, &cx, p, seed, stream + 2);
-            gpu->dropout_add_fwd(gpu, &gya, &gr, &gx, p, seed, stream + 2);
-            gpu->dropout_add_fwd(gpu, &gres, &gres, &gx, p, seed, stream + 2); /* y aliasing residual */
+            mc_op_dropout_fwd(cpu, &cy, &cx, p, seed, stream);
+            mc_op_dropout_fwd(gpu, &gy, &gx, p, seed, stream);
+            mc_op_dropout_bwd(cpu, &cdx, &cx, p, seed, stream + 1);
+            mc_op_dropout_bwd(gpu, &gdx, &gx, p, seed, stream + 1);
+            mc_op_dropout_add_fwd(cpu, &cya, &cr, &cx, p, seed, stream + 2);
+            mc_op_dropout_add_fwd(gpu, &gya, &gr, &gx, p, seed, stream + 2);
+            mc_op_dropout_add_fwd(gpu, &gres, &gres, &gx, p, seed, stream + 2); /* y aliasing residual */
             char what[96];
             snprintf(what, sizeof what, "dropout_fwd p=%g", (double)p);
             cmp(what, dt, dl(gpu, &gy), cy.data, n);
@@ -920,10 +921,10 @@ static void test_dropout(void) {
             size_t es = mc_dtype_size(dt);
             mc_tensor cxv = mc_tensor_1d((char *)cx.data + 4, F32, n - 1), cyv = mc_tensor_1d((char *)cy.data + 4, F32, n - 1);
             mc_tensor gxv = mc_tensor_1d((char *)gx.data + es, dt, n - 1), gyv = mc_tensor_1d((char *)gy.data + es, dt, n - 1);
-            cpu->dropout_fwd(cpu, &cxv, &cxv, 0.2f, seed, stream + 5); /* in place */
-            gpu->dropout_fwd(gpu, &gxv, &gxv, 0.2f, seed, stream + 5);
-            cpu->dropout_fwd(cpu, &cyv, &cxv, 0.3f, seed, stream + 6);
-            gpu->dropout_fwd(gpu, &gyv, &gxv, 0.3f, seed, stream + 6);
+            mc_op_dropout_fwd(cpu, &cxv, &cxv, 0.2f, seed, stream + 5); /* in place */
+            mc_op_dropout_fwd(gpu, &gxv, &gxv, 0.2f, seed, stream + 5);
+            mc_op_dropout_fwd(cpu, &cyv, &cxv, 0.3f, seed, stream + 6);
+            mc_op_dropout_fwd(gpu, &gyv, &gxv, 0.3f, seed, stream + 6);
             cmp("dropout_fwd unaligned views, in place", dt, dl(gpu, &gx), cx.data, n);
             cmp("dropout_fwd unaligned views", dt, dl(gpu, &gy), cy.data, n);
         }
@@ -931,11 +932,11 @@ static void test_dropout(void) {
         {
             float *a = as_dtype(rnd(n, 1.0f), n, dt), *b = as_dtype(rnd(n, 1.0f), n, dt);
             mc_tensor ca = mk1(cpu, F32, a, n), cb = mk1(cpu, F32, b, n), ga = mk1(gpu, dt, a, n), gb = mk1(gpu, dt, b, n);
-            cpu->add_inplace(cpu, &ca, &cb);
-            gpu->add_inplace(gpu, &ga, &gb);
+            mc_op_add_inplace(cpu, &ca, &cb);
+            mc_op_add_inplace(gpu, &ga, &gb);
             cmp("add_inplace", dt, dl(gpu, &ga), ca.data, n);
-            cpu->scale_inplace(cpu, &ca, 0.37f);
-            gpu->scale_inplace(gpu, &ga, 0.37f);
+            mc_op_scale_inplace(cpu, &ca, 0.37f);
+            mc_op_scale_inplace(gpu, &ga, 0.37f);
             cmp("scale_inplace", dt, dl(gpu, &ga), ca.data, n);
         }
     }
@@ -961,8 +962,8 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
     mc_tensor gl = mk2(gpu, dt, logits, N, V), grm = mk1(gpu, F32, NULL, N), gst = mk2(gpu, F32, NULL, 2, N);
     mc_tensor gloss = mk1(gpu, F32, NULL, N), gdl = alias ? gl : mk2(gpu, dt, NULL, N, V);
     mc_tensor gtg = mk_i32(gpu, tg, N), gmask = mk1(gpu, F32, mask, N);
-    cpu->xent_rowstats(cpu, &crm, &cst, &cl, &ctg, vocab_start);
-    gpu->xent_rowstats(gpu, &grm, &gst, &gl, &gtg, vocab_start);
+    mc_op_xent_rowstats(cpu, &crm, &cst, &cl, &ctg, vocab_start);
+    mc_op_xent_rowstats(gpu, &grm, &gst, &gl, &gtg, vocab_start);
     char tag[64], what[128];
     snprintf(tag, sizeof tag, "xent N=%lld V=%lld start=%lld", (long long)N, (long long)V, (long long)vocab_start);
     snprintf(what, sizeof what, "%s rowmax", tag);
@@ -976,16 +977,16 @@ static void xent_case(int64_t N, int64_t V, int64_t vocab_start, mc_dtype dt, bo
         mc_tensor cg = mk1(cpu, F32, gm, N), gg = mk1(gpu, F32, gm, N);
         mc_tensor cs2 = mk2(cpu, F32, dl(gpu, &gst), 2, N), gs2 = mk2(gpu, F32, dl(gpu, &gst), 2, N);
         mc_tensor cl2 = mk1(cpu, F32, lm, N);
-        cpu->xent_rescale(cpu, &cs2, &cl2, &cg);
-        gpu->xent_rescale(gpu, &gs2, &grm, &gg);
+        mc_op_xent_rescale(cpu, &cs2, &cl2, &cg);
+        mc_op_xent_rescale(gpu, &gs2, &grm, &gg);
         snprintf(what, sizeof what, "%s rescaled stats", tag);
         cmp(what, F32, dl(gpu, &gs2), cs2.data, 2 * N);
     }
     /* loss only (no dlogits), then loss and gradient */
     mc_tensor none = mc_tensor_none(), gloss2 = mk1(gpu, F32, NULL, N);
-    gpu->xent_loss_grad(gpu, &gloss2, &none, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
-    cpu->xent_loss_grad(cpu, &closs, &cdl, &cl, &crm, &cst, &ctg, &cmask, vocab_start, gs);
-    gpu->xent_loss_grad(gpu, &gloss, &gdl, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
+    mc_op_xent_loss_grad(gpu, &gloss2, &none, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
+    mc_op_xent_loss_grad(cpu, &closs, &cdl, &cl, &crm, &cst, &ctg, &cmask, vocab_start, gs);
+    mc_op_xent_loss_grad(gpu, &gloss, &gdl, &gl, &grm, &gst, &gtg, &gmask, vocab_start, gs);
     snprintf(what, sizeof what, "%s loss (no dlogits)", tag);
     cmp(what, dt, dl(gpu, &gloss2), closs.data, N);
     snprintf(what, sizeof what, "%s loss", tag);
@@ -1034,7 +1035,7 @@ static xent_fused_ref xent_fused_reference(int64_t N, int64_t V, mc_dtype dt) {
     mc_tensor cl = mk2(cpu, F32, r.logits, N, V), ctg = mk_i32(cpu, r.tg, N), cmask = mk1(cpu, F32, r.mask, N);
     r.closs = mk1(cpu, F32, NULL, N);
     r.cdl = mk2(cpu, F32, NULL, N, V);
-    cpu->xent_fused(cpu, &r.closs, &r.cdl, &cl, &ctg, &cmask, r.gs);
+    mc_op_xent_fused(cpu, &r.closs, &r.cdl, &cl, &ctg, &cmask, r.gs);
     return r;
 }
 
@@ -1044,13 +1045,13 @@ static void xent_fused_case(int64_t N, int64_t V, mc_dtype dt, bool alias) {
     mc_tensor closs = ref.closs, cdl = ref.cdl;
     mc_tensor gtg = mk_i32(gpu, ref.tg, N), gmask = mk1(gpu, F32, ref.mask, N), none = mc_tensor_none();
     mc_tensor gl = mk2(gpu, dt, logits, N, V), gloss0 = mk1(gpu, F32, NULL, N);
-    gpu->xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
+    mc_op_xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
     mc_tensor gloss[2], gdl[2];
     for (int r = 0; r < 2; r++) {
         mc_tensor l = r == 0 && !alias ? gl : mk2(gpu, dt, logits, N, V);
         gloss[r] = mk1(gpu, F32, NULL, N);
         gdl[r] = alias ? l : mk2(gpu, dt, NULL, N, V);
-        gpu->xent_fused(gpu, &gloss[r], &gdl[r], &l, &gtg, &gmask, gs);
+        mc_op_xent_fused(gpu, &gloss[r], &gdl[r], &l, &gtg, &gmask, gs);
     }
     char tag[64], what[128];
     snprintf(tag, sizeof tag, "xent_fused N=%lld V=%lld", (long long)N, (long long)V);
@@ -1082,8 +1083,8 @@ static void xent_fused_unaligned_case(int64_t N, int64_t V, mc_dtype dt) {
     const size_t esz = mc_dtype_size(dt);
     char *base = balloc(gpu, (size_t)(N * V + 8) * esz);
     mc_tensor gdl = mc_tensor_2d(base + esz, dt, N, V);
-    gpu->xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
-    gpu->xent_fused(gpu, &gloss, &gdl, &gl, &gtg, &gmask, gs);
+    mc_op_xent_fused(gpu, &gloss0, &none, &gl, &gtg, &gmask, gs);
+    mc_op_xent_fused(gpu, &gloss, &gdl, &gl, &gtg, &gmask, gs);
     char tag[64], what[128];
     snprintf(tag, sizeof tag, "xent_fused N=%lld V=%lld", (long long)N, (long long)V);
     snprintf(what, sizeof what, "%s loss (dlogits unaligned)", tag);
@@ -1196,14 +1197,14 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     int64_t width = (int64_t)(a->heads + 2 * a->groups) * a->d;
     float *bias0 = rnd(width, 0.1f);
     mc_tensor cdb = mk1(cpu, F32, bias0, width), gdb = mk1(gpu, F32, bias0, width), gdb2 = mk1(gpu, F32, bias0, width);
-    cpu->attention_fwd(cpu, &co, &cl, &cq, &cd);
-    cpu->attention_bwd(cpu, &cdq, &cdb, &cdo, &cq, &co, &cl, &cd);
-    gpu->attention_fwd(gpu, &go, &gl, &gq, &gd);
+    mc_op_attention_fwd(cpu, &co, &cl, &cq, &cd);
+    mc_op_attention_bwd(cpu, &cdq, &cdb, &cdo, &cq, &co, &cl, &cd);
+    mc_op_attention_fwd(gpu, &go, &gl, &gq, &gd);
     /* backward from the GPU's own forward output (as in training), three times: with the
      * column sums, without (dqkv the same bits), with them again (dbias the same bits) */
-    gpu->attention_bwd(gpu, &gdq, &gdb, &gdo, &gq, &go, &gl, &gd);
-    gpu->attention_bwd(gpu, &gdq2, NULL, &gdo, &gq, &go, &gl, &gd);
-    gpu->attention_bwd(gpu, &gdq3, &gdb2, &gdo, &gq, &go, &gl, &gd);
+    mc_op_attention_bwd(gpu, &gdq, &gdb, &gdo, &gq, &go, &gl, &gd);
+    mc_op_attention_bwd(gpu, &gdq2, NULL, &gdo, &gq, &go, &gl, &gd);
+    mc_op_attention_bwd(gpu, &gdq3, &gdb2, &gdo, &gq, &go, &gl, &gd);
     char tag[96], what[160];
     snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s%s", (long long)S, (long long)B, a->heads,
              a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "", a->rot > 0 ? " +rope bwd" : "");
@@ -1279,17 +1280,18 @@ static void adamw_case(mc_dtype copy_dt) {
         double sumsq = step == 2 ? 400.0 : INFINITY;
         mc_adamw_desc d = {.param = cp, .grad = grad, .exp_avg = cm, .exp_avg_sq = cv, .param_copy = mc_tensor_none(),
                            .segments = segs, .nsegments = nseg, .lr = 1e-3f * (float)step, .beta1 = 0.9f,
-                           .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = step};
+                           .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = step, .state_numel = ns,
+                           .grad_numel = n};
         if (step % 2 == 0) d.grad_sumsq = &sumsq, d.loss_scale = 2.0, d.clip_grad = 1.0;
         if (step == 4) before = fcopy(cp, ns);
-        cpu->adamw(cpu, &d);
+        mc_op_adamw(cpu, &d);
         upload(gpu, gg, F32, grad, n);
         gpu->copy_h2d(gpu, gsum, &sumsq, sizeof sumsq);
         for (int r = 0; r < 2; r++) {
             mc_adamw_desc g = d;
             g.param = gp[r], g.grad = gg, g.exp_avg = gm[r], g.exp_avg_sq = gv[r], g.param_copy = gcopy[r];
             if (d.grad_sumsq) g.grad_sumsq = gsum;
-            gpu->adamw(gpu, &g);
+            mc_op_adamw(gpu, &g);
         }
     }
     float factor = 0;
@@ -1329,14 +1331,14 @@ static void test_reductions(void) {
     float *x = rnd(n, 2.0f);
     for (int64_t i = 0; i < n; i += 1013) x[i] = 0.0f; /* zeros to count */
     mc_tensor cx = mk1(cpu, F32, x, n), gx = mk1(gpu, F32, x, n);
-    double cs = cpu->sumsq(cpu, &cx), gs = gpu->sumsq(gpu, &gx), gs2 = gpu->sumsq(gpu, &gx);
+    double cs = mc_op_sumsq(cpu, &cx), gs = mc_op_sumsq(gpu, &gx), gs2 = mc_op_sumsq(gpu, &gx);
     double rel = fabs(cs - gs) / cs;
     printf("  %-52s      %.17g vs %.17g (rel %.2e)\n", "sumsq 1000003 F32", gs, cs, rel);
     CHECK(rel < 1e-12, "sumsq: relative error %.3e", rel);
     CHECK(memcmp(&gs, &gs2, sizeof gs) == 0, "sumsq: two runs differ");
     /* an unaligned view */
     mc_tensor cv = mc_tensor_1d((float *)cx.data + 3, F32, n - 10), gv = mc_tensor_1d((float *)gx.data + 3, F32, n - 10);
-    cs = cpu->sumsq(cpu, &cv), gs = gpu->sumsq(gpu, &gv);
+    cs = mc_op_sumsq(cpu, &cv), gs = mc_op_sumsq(gpu, &gv);
     rel = fabs(cs - gs) / cs;
     printf("  %-52s      rel %.2e\n", "sumsq unaligned view", rel);
     CHECK(rel < 1e-12, "sumsq unaligned: relative error %.3e", rel);
@@ -1348,9 +1350,11 @@ static void test_reductions(void) {
                                {.offset = 999990, .count = 13, .grad_offset = 999990}};
     int nseg = (int)(sizeof segs / sizeof segs[0]);
     double *gsum = gpu->alloc(gpu, 2 * sizeof(double));
-    cpu->sumsq_segments(cpu, &cs, cx.data, segs, nseg);
-    gpu->sumsq_segments(gpu, gsum, gx.data, segs, nseg);
-    gpu->sumsq_segments(gpu, gsum + 1, gx.data, segs, nseg);
+    mc_tensor cs_out = mc_tensor_1d(&cs, MC_F64, 1), gs_out = mc_tensor_1d(gsum, MC_F64, 1),
+              gs2_out = mc_tensor_1d(gsum + 1, MC_F64, 1);
+    mc_op_sumsq_segments(cpu, &cs_out, &cx, segs, nseg);
+    mc_op_sumsq_segments(gpu, &gs_out, &gx, segs, nseg);
+    mc_op_sumsq_segments(gpu, &gs2_out, &gx, segs, nseg);
     gpu->copy_d2h(gpu, &gs, gsum, sizeof gs);
     gpu->copy_d2h(gpu, &gs2, gsum + 1, sizeof gs2);
     gpu->free(gpu, gsum);
@@ -1359,7 +1363,7 @@ static void test_reductions(void) {
     CHECK(rel < 1e-12, "sumsq_segments: relative error %.3e", rel);
     CHECK(memcmp(&gs, &gs2, sizeof gs) == 0, "sumsq_segments: two runs differ");
 
-    int64_t cz = cpu->count_zeros(cpu, &cx), gz = gpu->count_zeros(gpu, &gx);
+    int64_t cz = mc_op_count_zeros(cpu, &cx), gz = mc_op_count_zeros(gpu, &gx);
     printf("  %-52s      %lld vs %lld\n", "count_zeros", (long long)gz, (long long)cz);
     CHECK(cz == gz, "count_zeros: %lld vs %lld", (long long)gz, (long long)cz);
     /* 16-bit sumsq of rounded values */
@@ -1367,7 +1371,7 @@ static void test_reductions(void) {
         mc_dtype dt = k_dtypes[k];
         float *xr = as_dtype(fcopy(x, n), n, dt);
         mc_tensor cxr = mk1(cpu, F32, xr, n), gxr = mk1(gpu, dt, xr, n);
-        cs = cpu->sumsq(cpu, &cxr), gs = gpu->sumsq(gpu, &gxr);
+        cs = mc_op_sumsq(cpu, &cxr), gs = mc_op_sumsq(gpu, &gxr);
         rel = fabs(cs - gs) / cs;
         printf("  %-52s %-4s rel %.2e\n", "sumsq", mc_dtype_name(dt), rel);
         CHECK(rel < 1e-12, "sumsq %s: relative error %.3e", mc_dtype_name(dt), rel);
@@ -1416,17 +1420,17 @@ static void bench_all(void) {
     mc_tensor w = mk1(gpu, BF16, NULL, h), rstd = mk1(gpu, F32, NULL, N), mean = mk1(gpu, F32, NULL, N);
     mc_tensor dw = mk1(gpu, F32, NULL, h), db = mk1(gpu, F32, NULL, h), b = mk1(gpu, BF16, NULL, h);
     mc_tensor none = mc_tensor_none();
-    gpu->fill(gpu, &x, 0.5);
-    gpu->fill(gpu, &y, 0.25);
-    gpu->fill(gpu, &w, 1.0);
-    BENCH("rmsnorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->rmsnorm_fwd(gpu, &y, &rstd, &x, &w, 1e-5f));
+    mc_op_fill(gpu, &x, 0.5);
+    mc_op_fill(gpu, &y, 0.25);
+    mc_op_fill(gpu, &w, 1.0);
+    BENCH("rmsnorm_fwd [8192, 4096]", 2 * N * h * e, 0, mc_op_rmsnorm_fwd(gpu, &y, &rstd, &x, &w, 1e-5f));
     BENCH("rmsnorm_bwd [8192, 4096] (dx +=, dw +=)", 4 * N * h * e, 0,
-          gpu->rmsnorm_bwd(gpu, &dx, &dw, &none, &none, &y, &x, &w, &rstd));
-    BENCH("layernorm_fwd [8192, 4096]", 2 * N * h * e, 0, gpu->layernorm_fwd(gpu, &y, &mean, &rstd, &x, &w, &b, 1e-5f));
+          mc_op_rmsnorm_bwd(gpu, &dx, &dw, &none, &none, &y, &x, &w, &rstd));
+    BENCH("layernorm_fwd [8192, 4096]", 2 * N * h * e, 0, mc_op_layernorm_fwd(gpu, &y, &mean, &rstd, &x, &w, &b, 1e-5f));
     BENCH("layernorm_bwd [8192, 4096]", 4 * N * h * e, 0,
-          gpu->layernorm_bwd(gpu, &dx, &dw, &db, &none, &none, &y, &x, &w, &none, &mean, &rstd));
-    BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, gpu->dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
-    BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, gpu->add_inplace(gpu, &y, &x));
+          mc_op_layernorm_bwd(gpu, &dx, &dw, &db, &none, &none, &y, &x, &w, &none, &mean, &rstd));
+    BENCH("dropout_add_fwd p=0.1 [8192, 4096]", 3 * N * h * e, 0, mc_op_dropout_add_fwd(gpu, &y, &y, &x, 0.1f, 1, 2));
+    BENCH("add_inplace [8192, 4096]", 3 * N * h * e, 0, mc_op_add_inplace(gpu, &y, &x));
     release_all();
 
     { /* the norms at GPT-2's (LayerNorm with bias, 65536 x 768) and Llama's (RMSNorm, 8192 x
@@ -1440,29 +1444,29 @@ static void bench_all(void) {
         mc_tensor xl = mk2(gpu, BF16, NULL, nl, hl), yl = mk2(gpu, BF16, NULL, nl, hl);
         mc_tensor dyl = mk2(gpu, BF16, NULL, nl, hl), dxl = mk2(gpu, BF16, NULL, nl, hl);
         mc_tensor wl = mk1(gpu, BF16, NULL, hl), rl = mk1(gpu, F32, NULL, nl), dwl = mk1(gpu, F32, NULL, hl);
-        gpu->fill(gpu, &xg, 0.5), gpu->fill(gpu, &wg, 1.0), gpu->fill(gpu, &bg, 0.1), gpu->fill(gpu, &dyg, 0.01);
-        gpu->fill(gpu, &xl, 0.5), gpu->fill(gpu, &wl, 1.0), gpu->fill(gpu, &dyl, 0.01);
+        mc_op_fill(gpu, &xg, 0.5), mc_op_fill(gpu, &wg, 1.0), mc_op_fill(gpu, &bg, 0.1), mc_op_fill(gpu, &dyg, 0.01);
+        mc_op_fill(gpu, &xl, 0.5), mc_op_fill(gpu, &wl, 1.0), mc_op_fill(gpu, &dyl, 0.01);
         BENCH("layernorm_fwd [65536, 768]", 2 * ng * hg * e, 0,
-              gpu->layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
+              mc_op_layernorm_fwd(gpu, &yg, &mg, &rg, &xg, &wg, &bg, 1e-5f));
         BENCH("layernorm_bwd [65536, 768] rewriting y", 5 * ng * hg * e, 0,
-              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &none, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+              mc_op_layernorm_bwd(gpu, &dxg, &dwg, &dbg, &none, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
         mc_tensor dsg = mk1(gpu, F32, NULL, hg); /* training's call that also forms a bias gradient */
         BENCH("layernorm_bwd [65536, 768] rewriting y, dx column sums", 5 * ng * hg * e, 0,
-              gpu->layernorm_bwd(gpu, &dxg, &dwg, &dbg, &dsg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
-        BENCH("rmsnorm_fwd [8192, 2048]", 2 * nl * hl * e, 0, gpu->rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
+              mc_op_layernorm_bwd(gpu, &dxg, &dwg, &dbg, &dsg, &yg, &dyg, &xg, &wg, &bg, &mg, &rg));
+        BENCH("rmsnorm_fwd [8192, 2048]", 2 * nl * hl * e, 0, mc_op_rmsnorm_fwd(gpu, &yl, &rl, &xl, &wl, 1e-5f));
         BENCH("rmsnorm_bwd [8192, 2048] rewriting y", 5 * nl * hl * e, 0,
-              gpu->rmsnorm_bwd(gpu, &dxl, &dwl, &none, &yl, &dyl, &xl, &wl, &rl));
+              mc_op_rmsnorm_bwd(gpu, &dxl, &dwl, &none, &yl, &dyl, &xl, &wl, &rl));
         release_all();
     }
 
     mc_tensor f1 = mk2(gpu, BF16, NULL, N, 2 * ffn), act = mk2(gpu, BF16, NULL, N, ffn), df1 = mk2(gpu, BF16, NULL, N, 2 * ffn);
-    gpu->fill(gpu, &f1, 0.3);
-    gpu->fill(gpu, &act, 0.2);
-    BENCH("swiglu_fwd [8192, 2x14336]", 3 * N * ffn * e, 0, gpu->swiglu_fwd(gpu, &act, &f1));
-    BENCH("swiglu_bwd [8192, 2x14336]", 5 * N * ffn * e, 0, gpu->swiglu_bwd(gpu, &df1, &none, &act, &f1));
+    mc_op_fill(gpu, &f1, 0.3);
+    mc_op_fill(gpu, &act, 0.2);
+    BENCH("swiglu_fwd [8192, 2x14336]", 3 * N * ffn * e, 0, mc_op_swiglu_fwd(gpu, &act, &f1));
+    BENCH("swiglu_bwd [8192, 2x14336]", 5 * N * ffn * e, 0, mc_op_swiglu_bwd(gpu, &df1, &none, &act, &f1));
     mc_tensor g1 = mk2(gpu, BF16, NULL, N, ffn);
-    BENCH("gelu_fwd erf [8192, 14336]", 2 * N * ffn * e, 0, gpu->gelu_fwd(gpu, &g1, &act, false));
-    BENCH("gelu_bwd erf [8192, 14336]", 3 * N * ffn * e, 0, gpu->gelu_bwd(gpu, &g1, &g1, &act, false));
+    BENCH("gelu_fwd erf [8192, 14336]", 2 * N * ffn * e, 0, mc_op_gelu_fwd(gpu, &g1, &act, false));
+    BENCH("gelu_bwd erf [8192, 14336]", 3 * N * ffn * e, 0, mc_op_gelu_bwd(gpu, &g1, &g1, &act, false));
     release_all();
 
     {
@@ -1471,33 +1475,33 @@ static void bench_all(void) {
         mc_tensor qkv = mk1(gpu, BF16, NULL, nq), c = mk2(gpu, F32, NULL, P, d / 2), sn = mk2(gpu, F32, NULL, P, d / 2);
         mc_rope_desc rd = {.seq = 4096, .batch = 2, .heads = heads, .groups = groups, .head_dim = d, .rot_dim = d,
                            .cos = c, .sin = sn, .pos = mc_tensor_none()};
-        BENCH("rope q+k [8192 tok, 32/8 heads, d 128]", 2 * N * (heads + groups) * d * e, 0, gpu->rope(gpu, &qkv, &rd, false));
+        BENCH("rope q+k [8192 tok, 32/8 heads, d 128]", 2 * N * (heads + groups) * d * e, 0, mc_op_rope(gpu, &qkv, &rd, false));
         release_all();
     }
     for (int rows = 0; rows < 2; rows++) {
         int64_t n = rows ? 1024 : hc;
         mc_tensor lg = mk2(gpu, BF16, NULL, n, V), rm = mk1(gpu, F32, NULL, n), st = mk2(gpu, F32, NULL, 2, n);
         mc_tensor loss = mk1(gpu, F32, NULL, n), tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
-        gpu->fill(gpu, &lg, 0.1);
-        gpu->fill(gpu, &mask, 1.0);
+        mc_op_fill(gpu, &lg, 0.1);
+        mc_op_fill(gpu, &mask, 1.0);
         char nm[96];
         snprintf(nm, sizeof nm, "xent_rowstats [%lld, 128256]", (long long)n);
-        BENCH(nm, n * V * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
+        BENCH(nm, n * V * e, 0, mc_op_xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         snprintf(nm, sizeof nm, "xent_loss_grad [%lld, 128256] in place", (long long)n);
-        BENCH(nm, 2 * n * V * e, 0, gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
+        BENCH(nm, 2 * n * V * e, 0, mc_op_xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
         snprintf(nm, sizeof nm, "xent_fused [%lld, 128256] in place", (long long)n);
-        BENCH(nm, 2 * n * V * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
+        BENCH(nm, 2 * n * V * e, 0, mc_op_xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
     { /* GPT-2's head chunk: 4096 tokens of the padded 50304 vocab */
         const int64_t n = 4096, V2 = 50304;
         mc_tensor lg = mk2(gpu, BF16, NULL, n, V2), rm = mk1(gpu, F32, NULL, n), st = mk2(gpu, F32, NULL, 2, n);
         mc_tensor loss = mk1(gpu, F32, NULL, n), tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
-        gpu->fill(gpu, &lg, 0.1);
-        gpu->fill(gpu, &mask, 1.0);
-        BENCH("xent_rowstats [4096, 50304]", n * V2 * e, 0, gpu->xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
+        mc_op_fill(gpu, &lg, 0.1);
+        mc_op_fill(gpu, &mask, 1.0);
+        BENCH("xent_rowstats [4096, 50304]", n * V2 * e, 0, mc_op_xent_rowstats(gpu, &rm, &st, &lg, &tg, 0));
         BENCH("xent_loss_grad [4096, 50304] in place", 2 * n * V2 * e, 0,
-              gpu->xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
+              mc_op_xent_loss_grad(gpu, &loss, &lg, &lg, &rm, &st, &tg, &mask, 0, 1.0f));
         release_all();
     }
     /* xent_fused on the two head chunks of training */
@@ -1506,11 +1510,11 @@ static void bench_all(void) {
         const int64_t n = chunks[c][0], vv = chunks[c][1];
         mc_tensor lg = mk2(gpu, BF16, NULL, n, vv), loss = mk1(gpu, F32, NULL, n);
         mc_tensor tg = mk1(gpu, MC_I32, NULL, n), mask = mk1(gpu, F32, NULL, n);
-        gpu->fill(gpu, &lg, 0.1);
-        gpu->fill(gpu, &mask, 1.0);
+        mc_op_fill(gpu, &lg, 0.1);
+        mc_op_fill(gpu, &mask, 1.0);
         char nm[96];
         snprintf(nm, sizeof nm, "xent_fused [%lld, %lld] in place", (long long)n, (long long)vv);
-        BENCH(nm, 2 * n * vv * e, 0, gpu->xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
+        BENCH(nm, 2 * n * vv * e, 0, mc_op_xent_fused(gpu, &loss, &lg, &lg, &tg, &mask, 1.0f));
         release_all();
     }
     {
@@ -1519,8 +1523,8 @@ static void bench_all(void) {
         for (int64_t t = 0; t < N; t++) ids[t] = (int32_t)rng_int(0, V);
         mc_tensor gid = mk_i32(gpu, ids, N);
         BENCH("embedding_fwd [8192, 4096] of 128256 rows", 2 * N * h * e, 0,
-              gpu->embedding_fwd(gpu, &out, &gid, &tab, 0, false));
-        BENCH("embedding_bwd [8192, 4096] into F32", N * h * (e + 8), 0, gpu->embedding_bwd(gpu, &dt, &out, &gid, 0));
+              mc_op_embedding_fwd(gpu, &out, &gid, &tab, 0, false));
+        BENCH("embedding_bwd [8192, 4096] into F32", N * h * (e + 8), 0, mc_op_embedding_bwd(gpu, &dt, &out, &gid, 0));
         release_all();
     }
     {
@@ -1538,13 +1542,12 @@ static void bench_all(void) {
         }
         mc_adamw_desc d = {.param = pp, .grad = gg, .exp_avg = mm, .exp_avg_sq = vv, .param_copy = pc, .segments = segs,
                            .nsegments = NS, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f,
-                           .step = 1};
-        BENCH("adamw 268M params, 291 segments, bf16 copy", np * (16 + 12 + 2), 0, gpu->adamw(gpu, &d));
-        double *sum = balloc(gpu, sizeof(double));
-        BENCH("sumsq_segments 268M", np * 4, 0, gpu->sumsq_segments(gpu, sum, gg, segs, NS));
-        mc_tensor gt = mc_tensor_1d(gg, F32, np);
-        BENCH("sumsq 268M", np * 4, 0, (void)gpu->sumsq(gpu, &gt));
-        BENCH("count_zeros 268M", np * 4, 0, (void)gpu->count_zeros(gpu, &gt));
+                           .step = 1, .state_numel = np, .grad_numel = np};
+        BENCH("adamw 268M params, 291 segments, bf16 copy", np * (16 + 12 + 2), 0, mc_op_adamw(gpu, &d));
+        mc_tensor sum = mc_tensor_1d(balloc(gpu, sizeof(double)), MC_F64, 1), gt = mc_tensor_1d(gg, F32, np);
+        BENCH("sumsq_segments 268M", np * 4, 0, mc_op_sumsq_segments(gpu, &sum, &gt, segs, NS));
+        BENCH("sumsq 268M", np * 4, 0, (void)mc_op_sumsq(gpu, &gt));
+        BENCH("count_zeros 268M", np * 4, 0, (void)mc_op_count_zeros(gpu, &gt));
         release_all();
     }
     {
@@ -1552,14 +1555,14 @@ static void bench_all(void) {
         mc_tensor bb = mk1(gpu, BF16, NULL, ffn), dww = mk2(gpu, F32, NULL, ffn, h), dbb = mk1(gpu, F32, NULL, ffn);
         mc_tensor dxx = mk2(gpu, BF16, NULL, N, h), none = mc_tensor_none();
         double fl = 2.0 * (double)N * (double)h * (double)ffn;
-        BENCH("linear_fwd bf16 8192x4096 -> 14336", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &none));
-        BENCH("linear_fwd bf16 8192x4096 -> 14336 + bias", 0, fl, gpu->linear_fwd(gpu, &yy, &xx, &ww, &bb));
-        BENCH("linear_bwd dx bf16", 0, fl, gpu->linear_bwd(gpu, &dxx, &none, &none, &yy, &xx, &ww, true));
-        BENCH("linear_bwd dW += into F32", 0, fl, gpu->linear_bwd(gpu, &none, &dww, &none, &yy, &xx, &ww, true));
-        BENCH("linear_bwd db += (colsum [8192, 14336])", N * ffn * e, 0, gpu->linear_bwd(gpu, &none, &none, &dbb, &yy, &xx, &ww, true));
+        BENCH("linear_fwd bf16 8192x4096 -> 14336", 0, fl, mc_op_linear_fwd(gpu, &yy, &xx, &ww, &none));
+        BENCH("linear_fwd bf16 8192x4096 -> 14336 + bias", 0, fl, mc_op_linear_fwd(gpu, &yy, &xx, &ww, &bb));
+        BENCH("linear_bwd dx bf16", 0, fl, mc_op_linear_bwd(gpu, &dxx, &none, &none, &yy, &xx, &ww, true));
+        BENCH("linear_bwd dW += into F32", 0, fl, mc_op_linear_bwd(gpu, &none, &dww, &none, &yy, &xx, &ww, true));
+        BENCH("linear_bwd db += (colsum [8192, 14336])", N * ffn * e, 0, mc_op_linear_bwd(gpu, &none, &none, &dbb, &yy, &xx, &ww, true));
         release_all();
         mc_tensor fx = mk2(gpu, F32, NULL, 4096, 4096), fw = mk2(gpu, F32, NULL, 4096, 4096), fy = mk2(gpu, F32, NULL, 4096, 4096);
-        BENCH("linear_fwd f32 4096^3 (no TF32)", 0, 2.0 * 4096.0 * 4096.0 * 4096.0, gpu->linear_fwd(gpu, &fy, &fx, &fw, &none));
+        BENCH("linear_fwd f32 4096^3 (no TF32)", 0, 2.0 * 4096.0 * 4096.0 * 4096.0, mc_op_linear_fwd(gpu, &fy, &fx, &fw, &none));
         release_all();
     }
     { /* GPT-2 124M's MLP at --micro-batch-size 64: N = 65536, h 768, ffn 3072; fused against unfused */
@@ -1569,20 +1572,20 @@ static void bench_all(void) {
         mc_tensor dy = mk2(gpu, BF16, NULL, n, hh), dact = mk2(gpu, BF16, NULL, n, ff), dpre = mk2(gpu, BF16, NULL, n, ff);
         mc_tensor db1 = mk1(gpu, F32, NULL, ff), dw2 = mk2(gpu, F32, NULL, hh, ff), db2 = mk1(gpu, F32, NULL, hh);
         mc_tensor none = mc_tensor_none();
-        gpu->fill(gpu, &xx, 0.1), gpu->fill(gpu, &w1, 0.01), gpu->fill(gpu, &w2, 0.01), gpu->fill(gpu, &dy, 0.01);
+        mc_op_fill(gpu, &xx, 0.1), mc_op_fill(gpu, &w1, 0.01), mc_op_fill(gpu, &w2, 0.01), mc_op_fill(gpu, &dy, 0.01);
         double fl = 2.0 * (double)n * (double)hh * (double)ff;
         BENCH("gpt2 fc1 + gelu: linear_fwd, gelu_fwd", 0, fl,
-              (gpu->linear_fwd(gpu, &pre, &xx, &w1, &b1), gpu->gelu_fwd(gpu, &act, &pre, true)));
-        BENCH("gpt2 fc1 + gelu: linear_gelu_fwd", 0, fl, gpu->linear_gelu_fwd(gpu, &act, &pre, &xx, &w1, &b1));
+              (mc_op_linear_fwd(gpu, &pre, &xx, &w1, &b1), mc_op_gelu_fwd(gpu, &act, &pre, true)));
+        BENCH("gpt2 fc1 + gelu: linear_gelu_fwd", 0, fl, mc_op_linear_gelu_fwd(gpu, &act, &pre, &xx, &w1, &b1));
         BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db (colsum)", 0, fl,
-              (gpu->linear_bwd(gpu, &dact, &none, &none, &dy, &act, &w2, true), gpu->gelu_bwd(gpu, &dpre, &dact, &pre, true),
-               gpu->linear_bwd(gpu, &none, &none, &db1, &dpre, &xx, &w1, true)));
+              (mc_op_linear_bwd(gpu, &dact, &none, &none, &dy, &act, &w2, true), mc_op_gelu_bwd(gpu, &dpre, &dact, &pre, true),
+               mc_op_linear_bwd(gpu, &none, &none, &db1, &dpre, &xx, &w1, true)));
         BENCH("gpt2 fc2 dx, gelu_bwd, fc1 db: linear_dgelu_bwd", 0, fl,
-              gpu->linear_dgelu_bwd(gpu, &dpre, &db1, &dy, &w2, &pre));
+              mc_op_linear_dgelu_bwd(gpu, &dpre, &db1, &dy, &w2, &pre));
         BENCH("gpt2 fc2 dW, then db (colsum)", 0, fl,
-              (gpu->linear_bwd(gpu, &none, &dw2, &none, &dy, &act, &w2, true),
-               gpu->linear_bwd(gpu, &none, &none, &db2, &dy, &act, &w2, true)));
-        BENCH("gpt2 fc2 dW with db (one GEMM where it can)", 0, fl, gpu->linear_bwd(gpu, &none, &dw2, &db2, &dy, &act, &w2, true));
+              (mc_op_linear_bwd(gpu, &none, &dw2, &none, &dy, &act, &w2, true),
+               mc_op_linear_bwd(gpu, &none, &none, &db2, &dy, &act, &w2, true)));
+        BENCH("gpt2 fc2 dW with db (one GEMM where it can)", 0, fl, mc_op_linear_bwd(gpu, &none, &dw2, &db2, &dy, &act, &w2, true));
         release_all();
     }
 }

@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "megatron.h"
 #include "model/model.h"
+#include "train/model_options.h"
 #include "tiny_llama.h"
 
 static uint64_t g_rng = 88172645463325252ull;
@@ -60,8 +61,8 @@ static int build(mc_model *m, mc_comm *comm, mc_backend *be, mc_config *cfg, int
     cfg->parallel.tensor_model_parallel_size = tp;
     CHECK(mc_config_validate(cfg, tp, &err) == MC_OK, "%s", err.msg);
     CHECK(mc_comm_init(comm, tp, rank, 0, tp, 1, 1, 1, &err) == MC_OK, "%s", err.msg);
-    mc_model_layout layout = {0};
-    int rc = mc_model_create(m, cfg, be, comm, MC_F32, MC_F32, MC_F32, 1, &layout, &err);
+    mc_model_options mo = mc_model_options_from_config(cfg, 1, MC_F32, MC_F32, MC_F32, 1, NULL);
+    int rc = mc_model_create(m, &mo, be, comm, &err);
     CHECK(rc == MC_OK, "%s", err.msg);
     return rc;
 }

@@ -75,6 +75,13 @@ expect min_above_initial "--min-loss-scale 65536 must be positive and at most --
 expect hysteresis_zero "--hysteresis: 0 is out of range" -- train "${BASE[@]}" --fp16 --hysteresis 0
 expect loss_scale_window_zero "--loss-scale-window: 0 is out of range" -- train "${BASE[@]}" --fp16 --loss-scale-window 0
 expect recompute_full "--recompute-granularity full: whole-layer recomputation is not in this version yet" -- train "${BASE[@]}" --recompute-granularity full
+# Models too large for the memory: refused before any of it is allocated.
+HUGE=(--num-layers 2 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --micro-batch-size 1 --train-iters 1
+      --lr 1e-3 --mock-data --tokenizer-type NullTokenizer --vocab-size 128 --device cpu)
+expect too_wide "a model of 2 layers, hidden size 1048576, sequence length 32 and micro-batch 1 needs" -- train "${HUGE[@]}" --hidden-size 1048576
+# (10^8 tokens: about 1 TiB, so that no machine runs it; 10^7 would fit in 108 GiB)
+expect too_long "a model of 2 layers, hidden size 64, sequence length 100000000 and micro-batch 1 needs" -- train "${HUGE[@]}" --seq-length 100000000
+expect too_large_to_count "is too large to plan: its buffers may exceed 2^60 bytes" -- train "${HUGE[@]}" --num-layers 1000000 --hidden-size 10000000
 
 # Nothing may be left behind by the failed runs.
 if [ -e "$TMP/ckpt" ]; then

@@ -15,6 +15,7 @@
 #include "base/philox.h"
 #include "check.h"
 #include "tensor/backend.h"
+#include "tensor/ops.h"
 
 static mc_backend *be;
 
@@ -184,14 +185,14 @@ static void test_memory(void) {
 static uint16_t half_bits(float f) {
     uint16_t h;
     mc_tensor src = t1(&f, F32, 1), dst = t1(&h, MC_F16, 1);
-    be->convert(be, &dst, &src);
+    mc_op_convert(be, &dst, &src);
     return h;
 }
 
 static float half_value(uint16_t h) {
     float f;
     mc_tensor src = t1(&h, MC_F16, 1), dst = t1(&f, F32, 1);
-    be->convert(be, &dst, &src);
+    mc_op_convert(be, &dst, &src);
     return f;
 }
 
@@ -221,10 +222,10 @@ static void test_convert(void) {
     uint16_t *bf = talloc(N * 2);
     mc_tensor tx = t1(x, F64, N), txf = t1(xf, F32, N), tbf = t1(bf, MC_BF16, N), txf2 = t1(xf2, F32, N),
               tback = t1(back, F64, N);
-    be->convert(be, &txf, &tx);
-    be->convert(be, &tbf, &txf);
-    be->convert(be, &txf2, &tbf);
-    be->convert(be, &tback, &txf2);
+    mc_op_convert(be, &txf, &tx);
+    mc_op_convert(be, &tbf, &txf);
+    mc_op_convert(be, &txf2, &tbf);
+    mc_op_convert(be, &tback, &txf2);
     bad = 0;
     for (int i = 0; i < N; i++) {
         if (xf[i] != (float)x[i] || bf[i] != mc_f32_to_bf16(xf[i]) || back[i] != mc_bf16_to_f32(bf[i])) bad++;
@@ -258,12 +259,12 @@ static void test_gemm(void) {
                 naive_gemm(ref, a, ta, b, tb, m, n, k, alpha, beta);
                 mc_tensor A = ta ? t2(a, F64, k, m) : t2(a, F64, m, k), B = tb ? t2(b, F64, n, k) : t2(b, F64, k, n);
                 mc_tensor C = t2(c, F64, m, n);
-                be->gemm(be, &C, &A, ta, &B, tb, (float)alpha, (float)beta);
+                mc_op_gemm(be, &C, &A, ta, &B, tb, (float)alpha, (float)beta);
                 check_close("gemm F64", c, ref, m * n, 1e-6); /* alpha, beta pass through float */
                 float *af = f32_of(a, m * k), *bf = f32_of(b, k * n), *cf = f32_of(c0, m * n);
                 mc_tensor Af = A, Bf = B, Cf = t2(cf, F32, m, n);
                 Af.data = af, Af.dtype = F32, Bf.data = bf, Bf.dtype = F32;
-                be->gemm(be, &Cf, &Af, ta, &Bf, tb, (float)alpha, (float)beta);
+                mc_op_gemm(be, &Cf, &Af, ta, &Bf, tb, (float)alpha, (float)beta);
                 check_f32("gemm", cf, c, m * n);
             }
     tfree_all();
@@ -277,7 +278,7 @@ typedef struct linear_case {
 static void linear_run(mc_dtype dt, int64_t n, int64_t in, int64_t out, void *y, void *x, void *w, void *b) {
     mc_tensor Y = t2(y, dt, n, out), X = t2(x, dt, n, in), W = t2(w, dt, out, in);
     mc_tensor B = b ? t1(b, dt, out) : mc_tensor_none();
-    be->linear_fwd(be, &Y, &X, &W, &B);
+    mc_op_linear_fwd(be, &Y, &X, &W, &B);
 }
 
 static void linear_run_bwd(mc_dtype dt, int64_t n, int64_t in, int64_t out, void *dx, void *dw, void *db, void *dy,
@@ -285,7 +286,7 @@ static void linear_run_bwd(mc_dtype dt, int64_t n, int64_t in, int64_t out, void
     mc_tensor DX = t2(dx, dt, n, in), DW = t2(dw, dt, out, in), DY = t2(dy, dt, n, out), X = t2(x, dt, n, in),
               W = t2(w, dt, out, in);
     mc_tensor DB = db ? t1(db, dt, out) : mc_tensor_none();
-    be->linear_bwd(be, &DX, &DW, &DB, &DY, &X, &W, true);
+    mc_op_linear_bwd(be, &DX, &DW, &DB, &DY, &X, &W, true);
 }
 
 static double linear_loss(void *ctx) {
@@ -328,7 +329,7 @@ static void test_linear(void) {
         for (int64_t i = 0; i < out; i++) dbo[i] = NAN;
         mc_tensor DW = t2(dwo, F64, out, in), DB = bias ? t1(dbo, F64, out) : mc_tensor_none(), none = mc_tensor_none();
         mc_tensor DY = t2(c.r, F64, n, out), X = t2(c.x, F64, n, in), W = t2(c.w, F64, out, in);
-        be->linear_bwd(be, &none, &DW, &DB, &DY, &X, &W, false);
+        mc_op_linear_bwd(be, &none, &DW, &DB, &DY, &X, &W, false);
         check_close("linear_bwd dw written", dwo, delta(dw, dw0, out * in), out * in, 1e-12);
         if (bias) check_close("linear_bwd db written", dbo, delta(db, db0, out), out, 1e-12);
         tfree_all();
@@ -347,7 +348,7 @@ static double mlp_loss(void *ctx) {
     mlp_case *c = ctx;
     mc_tensor Act = t2(c->act, F64, c->n, c->f), Pre = t2(c->pre, F64, c->n, c->f), X = t2(c->x, F64, c->n, c->in);
     mc_tensor W1 = t2(c->w1, F64, c->f, c->in), B1 = c->b1 ? t1(c->b1, F64, c->f) : mc_tensor_none();
-    be->linear_gelu_fwd(be, &Act, &Pre, &X, &W1, &B1);
+    mc_op_linear_gelu_fwd(be, &Act, &Pre, &X, &W1, &B1);
     linear_run(F64, c->n, c->f, c->out, c->z, c->act, c->w2, NULL);
     return dot(c->z, c->r, c->n * c->out);
 }
@@ -367,9 +368,9 @@ static void mlp_same_bits(mc_dtype dt, const mlp_case *c) {
     mc_tensor W2 = t2(as_real(dt, c->w2, out * f), dt, out, f), DY = t2(as_real(dt, c->r, n * out), dt, n, out);
     mc_tensor pre1 = t2(real_buf(dt, n * f), dt, n, f), act1 = t2(real_buf(dt, n * f), dt, n, f);
     mc_tensor pre2 = t2(real_buf(dt, n * f), dt, n, f), act2 = t2(real_buf(dt, n * f), dt, n, f);
-    be->linear_gelu_fwd(be, &act1, &pre1, &X, &W1, &B1);
-    be->linear_fwd(be, &pre2, &X, &W1, &B1);
-    be->gelu_fwd(be, &act2, &pre2, true);
+    mc_op_linear_gelu_fwd(be, &act1, &pre1, &X, &W1, &B1);
+    mc_op_linear_fwd(be, &pre2, &X, &W1, &B1);
+    mc_op_gelu_fwd(be, &act2, &pre2, true);
     CHECK(memcmp(pre1.data, pre2.data, (size_t)(n * f) * es) == 0, "%s: linear_gelu_fwd pre differs from linear_fwd",
           mc_dtype_name(dt));
     CHECK(memcmp(act1.data, act2.data, (size_t)(n * f) * es) == 0, "%s: linear_gelu_fwd y differs from gelu_fwd",
@@ -377,10 +378,10 @@ static void mlp_same_bits(mc_dtype dt, const mlp_case *c) {
     mc_tensor dpre1 = t2(real_buf(dt, n * f), dt, n, f), dpre2 = t2(real_buf(dt, n * f), dt, n, f);
     mc_tensor dact = t2(real_buf(dt, n * f), dt, n, f), none = mc_tensor_none();
     mc_tensor db1 = bias ? t1(as_real(dt, db0, f), dt, f) : none, db2 = bias ? t1(as_real(dt, db0, f), dt, f) : none;
-    be->linear_dgelu_bwd(be, &dpre1, &db1, &DY, &W2, &pre1);
-    be->linear_bwd(be, &dact, &none, &none, &DY, &act1, &W2, true);
-    be->gelu_bwd(be, &dpre2, &dact, &pre1, true);
-    be->linear_bwd(be, &none, &none, &db2, &dpre2, &X, &W1, true);
+    mc_op_linear_dgelu_bwd(be, &dpre1, &db1, &DY, &W2, &pre1);
+    mc_op_linear_bwd(be, &dact, &none, &none, &DY, &act1, &W2, true);
+    mc_op_gelu_bwd(be, &dpre2, &dact, &pre1, true);
+    mc_op_linear_bwd(be, &none, &none, &db2, &dpre2, &X, &W1, true);
     CHECK(memcmp(dpre1.data, dpre2.data, (size_t)(n * f) * es) == 0,
           "%s: linear_dgelu_bwd dpre differs from linear_bwd + gelu_bwd", mc_dtype_name(dt));
     if (bias)
@@ -401,7 +402,7 @@ static void test_linear_gelu(void) {
         double *dpre = dbuf(n * f), *db0 = rnd(f, 1), *db = dcopy(db0, f), *dx = dbuf(n * in), *dw1 = dbuf(f * in);
         mc_tensor DPRE = t2(dpre, F64, n, f), DB = bias ? t1(db, F64, f) : mc_tensor_none();
         mc_tensor DY = t2(c.r, F64, n, out), W2 = t2(c.w2, F64, out, f), PRE = t2(c.pre, F64, n, f);
-        be->linear_dgelu_bwd(be, &DPRE, &DB, &DY, &W2, &PRE);
+        mc_op_linear_dgelu_bwd(be, &DPRE, &DB, &DY, &W2, &PRE);
         linear_run_bwd(F64, n, in, f, dx, dw1, NULL, dpre, c.x, c.w1);
         grad_check("linear_gelu dx", c.x, n * in, dx, mlp_loss, &c, 1 << 20);
         grad_check("linear_gelu dw1", c.w1, f * in, dw1, mlp_loss, &c, 1 << 20);
@@ -425,9 +426,9 @@ static void test_linear_residual(void) {
             mc_tensor R = t2(as_real(dt, rnd(n * out, 1), n * out), dt, n, out);
             mc_tensor y1 = t2(real_buf(dt, n * out), dt, n, out), y2 = t2(real_buf(dt, n * out), dt, n, out);
             mc_tensor t = t2(real_buf(dt, n * out), dt, n, out);
-            be->linear_residual_fwd(be, &y1, &R, &X, &W, &B);
-            be->linear_fwd(be, &t, &X, &W, &B);
-            be->dropout_add_fwd(be, &y2, &R, &t, 0.0f, 0, 0);
+            mc_op_linear_residual_fwd(be, &y1, &R, &X, &W, &B);
+            mc_op_linear_fwd(be, &t, &X, &W, &B);
+            mc_op_dropout_add_fwd(be, &y2, &R, &t, 0.0f, 0, 0);
             CHECK(memcmp(y1.data, y2.data, (size_t)(n * out) * es) == 0,
                   "%s%s: linear_residual_fwd differs from linear_fwd + dropout_add_fwd", mc_dtype_name(dt),
                   bias ? " (bias)" : "");
@@ -445,12 +446,12 @@ typedef struct emb_case {
 
 static void emb_run(mc_dtype dt, const emb_case *c, void *y, void *table, bool accumulate) {
     mc_tensor Y = t2(y, dt, c->ntok, c->h), I = t1(c->ids, MC_I32, c->ntok), T = t2(table, dt, c->rows, c->h);
-    be->embedding_fwd(be, &Y, &I, &T, c->vocab_start, accumulate);
+    mc_op_embedding_fwd(be, &Y, &I, &T, c->vocab_start, accumulate);
 }
 
 static void emb_run_bwd(mc_dtype dt, const emb_case *c, void *dtable, void *dy) {
     mc_tensor DT = t2(dtable, dt, c->rows, c->h), DY = t2(dy, dt, c->ntok, c->h), I = t1(c->ids, MC_I32, c->ntok);
-    be->embedding_bwd(be, &DT, &DY, &I, c->vocab_start);
+    mc_op_embedding_bwd(be, &DT, &DY, &I, c->vocab_start);
 }
 
 static double emb_loss(void *ctx) {
@@ -498,8 +499,8 @@ typedef struct norm_case {
 static void norm_run(mc_dtype dt, const norm_case *c, void *y, void *mean, void *rstd, void *x, void *w, void *b) {
     mc_tensor Y = t2(y, dt, c->n, c->h), X = t2(x, dt, c->n, c->h), W = t1(w, dt, c->h);
     mc_tensor M = t1(mean, dt, c->n), R = t1(rstd, dt, c->n), B = b ? t1(b, dt, c->h) : mc_tensor_none();
-    if (c->rms) be->rmsnorm_fwd(be, &Y, &R, &X, &W, c->eps);
-    else be->layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, c->eps);
+    if (c->rms) mc_op_rmsnorm_fwd(be, &Y, &R, &X, &W, c->eps);
+    else mc_op_layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, c->eps);
 }
 
 /* yout (optional): the forward's output rewritten by the backward; b: the forward's bias. */
@@ -509,8 +510,8 @@ static void norm_run_bwd(mc_dtype dt, const norm_case *c, void *dx, void *dw, vo
     mc_tensor X = t2(x, dt, c->n, c->h), W = t1(w, dt, c->h), M = t1(mean, dt, c->n), R = t1(rstd, dt, c->n);
     mc_tensor DB = db ? t1(db, dt, c->h) : mc_tensor_none(), B = b ? t1(b, dt, c->h) : mc_tensor_none();
     mc_tensor Y = yout ? t2(yout, dt, c->n, c->h) : mc_tensor_none(), NONE_DS = mc_tensor_none();
-    if (c->rms) be->rmsnorm_bwd(be, &DX, &DW, &NONE_DS, &Y, &DY, &X, &W, &R);
-    else be->layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &Y, &DY, &X, &W, &B, &M, &R);
+    if (c->rms) mc_op_rmsnorm_bwd(be, &DX, &DW, &NONE_DS, &Y, &DY, &X, &W, &R);
+    else mc_op_layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &Y, &DY, &X, &W, &B, &M, &R);
 }
 
 static double norm_loss(void *ctx) {
@@ -594,7 +595,7 @@ static mc_rope_desc rope_desc_as(const rope_case *c, mc_dtype dt, void *cos_tab,
 
 static void rope_run(mc_dtype dt, const mc_rope_desc *d, void *x, int64_t numel, bool inverse) {
     mc_tensor X = t1(x, dt, numel);
-    be->rope(be, &X, d, inverse);
+    mc_op_rope(be, &X, d, inverse);
 }
 
 static double rope_loss(void *ctx) {
@@ -671,8 +672,8 @@ typedef struct act_case {
 static void act_run(mc_dtype dt, const act_case *c, void *y, void *x) {
     mc_tensor Y = c->swiglu ? t2(y, dt, c->n, c->f) : t1(y, dt, c->n);
     mc_tensor X = c->swiglu ? t2(x, dt, c->n, 2 * c->f) : t1(x, dt, c->n);
-    if (c->swiglu) be->swiglu_fwd(be, &Y, &X);
-    else be->gelu_fwd(be, &Y, &X, c->tanh);
+    if (c->swiglu) mc_op_swiglu_fwd(be, &Y, &X);
+    else mc_op_gelu_fwd(be, &Y, &X, c->tanh);
 }
 
 /* yout (optional, SwiGLU): the forward's output rewritten by the backward. */
@@ -681,8 +682,8 @@ static void act_run_bwd(mc_dtype dt, const act_case *c, void *dx, void *yout, vo
     mc_tensor X = c->swiglu ? t2(x, dt, c->n, 2 * c->f) : t1(x, dt, c->n), DX = X;
     mc_tensor Y = yout ? t2(yout, dt, c->n, c->f) : mc_tensor_none();
     DX.data = dx;
-    if (c->swiglu) be->swiglu_bwd(be, &DX, &Y, &DY, &X);
-    else be->gelu_bwd(be, &DX, &DY, &X, c->tanh);
+    if (c->swiglu) mc_op_swiglu_bwd(be, &DX, &Y, &DY, &X);
+    else mc_op_gelu_bwd(be, &DX, &DY, &X, c->tanh);
 }
 
 static double act_loss(void *ctx) {
@@ -763,7 +764,7 @@ static void attn_run(mc_dtype dt, const mc_attn_desc *d, void *out, void *lse, v
     int64_t nqkv = d->seq * d->batch * (d->heads + 2 * d->groups) * d->head_dim;
     mc_tensor O = t1(out, dt, d->seq * d->batch * d->heads * d->head_dim), L = t1(lse, dt, d->batch * d->heads * d->seq),
               Q = t1(qkv, dt, nqkv);
-    be->attention_fwd(be, &O, &L, &Q, d);
+    mc_op_attention_fwd(be, &O, &L, &Q, d);
 }
 
 static void attn_run_bwd(mc_dtype dt, const mc_attn_desc *d, void *dqkv, void *dout, void *qkv, void *out, void *lse) {
@@ -771,7 +772,7 @@ static void attn_run_bwd(mc_dtype dt, const mc_attn_desc *d, void *dqkv, void *d
     int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
     mc_tensor DQ = t1(dqkv, dt, nqkv), DO = t1(dout, dt, nout), Q = t1(qkv, dt, nqkv), O = t1(out, dt, nout),
               L = t1(lse, dt, d->batch * d->heads * d->seq);
-    be->attention_bwd(be, &DQ, NULL, &DO, &Q, &O, &L, d);
+    mc_op_attention_bwd(be, &DQ, NULL, &DO, &Q, &O, &L, d);
 }
 
 static double attn_loss(void *ctx) {
@@ -883,7 +884,7 @@ typedef struct drop_case {
 
 static void drop_run(mc_dtype dt, const drop_case *c, void *y, void *x) {
     mc_tensor Y = t1(y, dt, c->n), X = t1(x, dt, c->n);
-    be->dropout_fwd(be, &Y, &X, c->p, 42, 7);
+    mc_op_dropout_fwd(be, &Y, &X, c->p, 42, 7);
 }
 
 static double drop_loss(void *ctx) {
@@ -910,26 +911,26 @@ static void test_dropout(void) {
     /* backward regenerates the mask */
     double *dx = dbuf(n);
     mc_tensor DX = t1(dx, F64, n), DY = t1(c.r, F64, n);
-    be->dropout_bwd(be, &DX, &DY, c.p, 42, 7);
+    mc_op_dropout_bwd(be, &DX, &DY, c.p, 42, 7);
     grad_check("dropout dx", c.x, n, dx, drop_loss, &c, 2000);
     /* in place, and p = 0 is an exact copy */
     double *inplace = dcopy(c.x, n);
     mc_tensor IP = t1(inplace, F64, n);
-    be->dropout_fwd(be, &IP, &IP, c.p, 42, 7);
+    mc_op_dropout_fwd(be, &IP, &IP, c.p, 42, 7);
     check_close("dropout in place", inplace, c.y, n, 0);
     double *copy = dbuf(n);
     mc_tensor CP = t1(copy, F64, n), X = t1(c.x, F64, n);
-    be->dropout_fwd(be, &CP, &X, 0.0f, 42, 7);
+    mc_op_dropout_fwd(be, &CP, &X, 0.0f, 42, 7);
     CHECK(memcmp(copy, c.x, (size_t)n * sizeof(double)) == 0, "p = 0 copies exactly");
     /* y = residual + dropout(x), y aliasing residual */
     double *res = rnd(n, 1), *y = dcopy(res, n);
     mc_tensor Y = t1(y, F64, n);
-    be->dropout_add_fwd(be, &Y, &Y, &X, c.p, 42, 7);
+    mc_op_dropout_add_fwd(be, &Y, &Y, &X, c.p, 42, 7);
     double *expect = dcopy(res, n);
     for (int64_t i = 0; i < n; i++) expect[i] += c.y[i];
     check_close("dropout_add_fwd", y, expect, n, 0);
     memcpy(y, res, (size_t)n * sizeof(double));
-    be->dropout_add_fwd(be, &Y, &Y, &X, 0.0f, 42, 7);
+    mc_op_dropout_add_fwd(be, &Y, &Y, &X, 0.0f, 42, 7);
     for (int64_t i = 0; i < n; i++) expect[i] = res[i] + c.x[i];
     check_close("dropout_add_fwd p = 0", y, expect, n, 0);
     /* F32 */
@@ -937,10 +938,10 @@ static void test_dropout(void) {
     drop_run(F32, &c, yf, xf);
     check_f32("dropout_fwd", yf, c.y, n);
     mc_tensor DXF = t1(dxf, F32, n), DYF = t1(f32_of(c.r, n), F32, n), XF = t1(xf, F32, n), RF = t1(rf, F32, n);
-    be->dropout_bwd(be, &DXF, &DYF, c.p, 42, 7);
+    mc_op_dropout_bwd(be, &DXF, &DYF, c.p, 42, 7);
     check_f32("dropout_bwd", dxf, dx, n);
     for (int64_t i = 0; i < n; i++) expect[i] = res[i] + c.y[i];
-    be->dropout_add_fwd(be, &RF, &RF, &XF, c.p, 42, 7);
+    mc_op_dropout_add_fwd(be, &RF, &RF, &XF, c.p, 42, 7);
     check_f32("dropout_add_fwd", rf, expect, n);
     tfree_all();
 }
@@ -949,16 +950,16 @@ static void test_add_scale(void) {
     const int64_t n = 1001;
     double *y = rnd(n, 1), *x = rnd(n, 1), *y0 = dcopy(y, n);
     mc_tensor Y = t1(y, F64, n), X = t1(x, F64, n);
-    be->add_inplace(be, &Y, &X);
+    mc_op_add_inplace(be, &Y, &X);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) bad += y[i] != y0[i] + x[i];
-    be->scale_inplace(be, &Y, 0.25f);
+    mc_op_scale_inplace(be, &Y, 0.25f);
     for (int64_t i = 0; i < n; i++) bad += y[i] != (y0[i] + x[i]) * 0.25;
     CHECK(bad == 0);
     float *yf = f32_of(y0, n);
     mc_tensor YF = t1(yf, F32, n), XF = t1(f32_of(x, n), F32, n);
-    be->add_inplace(be, &YF, &XF);
-    be->scale_inplace(be, &YF, 0.25f);
+    mc_op_add_inplace(be, &YF, &XF);
+    mc_op_scale_inplace(be, &YF, 0.25f);
     check_f32("add_inplace + scale_inplace", yf, y, n);
     tfree_all();
 }
@@ -989,7 +990,7 @@ static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *
     mc_tensor T = t1(c->targets, MC_I32, n);
     for (int r = 0; r < 2; r++) {
         mc_tensor L = t2(part[r], dt, n, vl), M = t1(rowmax[r], dt, n), ST = t2(stats[r], dt, 2, n);
-        be->xent_rowstats(be, &M, &ST, &L, &T, r * vl);
+        mc_op_xent_rowstats(be, &M, &ST, &L, &T, r * vl);
     }
     for (int64_t i = 0; i < n; i++) { /* all-reduce max */
         if (dt == F64) ((double *)gmax[0])[i] = ((double *)gmax[1])[i] = fmax(((double *)rowmax[0])[i], ((double *)rowmax[1])[i]);
@@ -997,7 +998,7 @@ static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *
     }
     for (int r = 0; r < 2; r++) {
         mc_tensor M = t1(rowmax[r], dt, n), G = t1(gmax[r], dt, n), ST = t2(stats[r], dt, 2, n);
-        be->xent_rescale(be, &ST, &M, &G);
+        mc_op_xent_rescale(be, &ST, &M, &G);
     }
     for (int64_t i = 0; i < 2 * n; i++) { /* all-reduce sum */
         if (dt == F64) ((double *)stats[0])[i] = ((double *)stats[1])[i] = ((double *)stats[0])[i] + ((double *)stats[1])[i];
@@ -1008,7 +1009,7 @@ static void xent_run(mc_dtype dt, const xent_case *c, const void *logits, void *
         mc_tensor L = t2(part[r], dt, n, vl), M = t1(gmax[r], dt, n), ST = t2(stats[r], dt, 2, n),
                   LS = t1(lossr[r], dt, n), DL = g ? t2(g, dt, n, vl) : mc_tensor_none(),
                   MK = mask ? t1((void *)mask, dt, n) : mc_tensor_none();
-        be->xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &MK, r * vl, c->grad_scale);
+        mc_op_xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &MK, r * vl, c->grad_scale);
         if (g)
             for (int64_t i = 0; i < n; i++)
                 memcpy((char *)dlogits + (size_t)(i * c->v + r * vl) * es, g + (size_t)(i * vl) * es, (size_t)vl * es);
@@ -1072,10 +1073,10 @@ static void test_xent_large_vocab_f32(void) {
               DL = t2(dl, F64, n, v);
     mc_tensor LF = t2(lf, F32, n, v), MF = t1(rmf, F32, n), STF = t2(stf, F32, 2, n), LSF = t1(lossf, F32, n),
               DLF = t2(dlf, F32, n, v);
-    be->xent_rowstats(be, &M, &ST, &L, &T, 0);
-    be->xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &NONE, 0, 1.0f);
-    be->xent_rowstats(be, &MF, &STF, &LF, &T, 0);
-    be->xent_loss_grad(be, &LSF, &DLF, &LF, &MF, &STF, &T, &NONE, 0, 1.0f);
+    mc_op_xent_rowstats(be, &M, &ST, &L, &T, 0);
+    mc_op_xent_loss_grad(be, &LS, &DL, &L, &M, &ST, &T, &NONE, 0, 1.0f);
+    mc_op_xent_rowstats(be, &MF, &STF, &LF, &T, 0);
+    mc_op_xent_loss_grad(be, &LSF, &DLF, &LF, &MF, &STF, &T, &NONE, 0, 1.0f);
     check_f32("xent rowmax", rmf, rowmax, n);
     check_f32("xent stats", stf, stats, 2 * n);
     check_f32("xent loss", lossf, loss, n);
@@ -1106,14 +1107,14 @@ static void test_xent_fused(void) {
             char *loss = talloc(lb), *dl = talloc(db), *loss_only = talloc(lb), *loss_in = talloc(lb), *in = talloc(db);
             mc_tensor L = t2(lg, dt, n, v), T = t1(tg, MC_I32, n), MK = t1(mk, dt, n), NONE = mc_tensor_none();
             mc_tensor RM = t1(rowmax, dt, n), ST = t2(stats, dt, 2, n), LR = t1(loss_ref, dt, n), DR = t2(dl_ref, dt, n, v);
-            be->xent_rowstats(be, &RM, &ST, &L, &T, 0);
-            be->xent_loss_grad(be, &LR, &DR, &L, &RM, &ST, &T, &MK, 0, gs);
+            mc_op_xent_rowstats(be, &RM, &ST, &L, &T, 0);
+            mc_op_xent_loss_grad(be, &LR, &DR, &L, &RM, &ST, &T, &MK, 0, gs);
             mc_tensor LS = t1(loss, dt, n), DL = t2(dl, dt, n, v), LO = t1(loss_only, dt, n), LI = t1(loss_in, dt, n);
-            be->xent_fused(be, &LS, &DL, &L, &T, &MK, gs);
-            be->xent_fused(be, &LO, &NONE, &L, &T, &MK, gs);
+            mc_op_xent_fused(be, &LS, &DL, &L, &T, &MK, gs);
+            mc_op_xent_fused(be, &LO, &NONE, &L, &T, &MK, gs);
             memcpy(in, lg, db);
             mc_tensor IN = t2(in, dt, n, v);
-            be->xent_fused(be, &LI, &IN, &IN, &T, &MK, gs);
+            mc_op_xent_fused(be, &LI, &IN, &IN, &T, &MK, gs);
             const char *name = mc_dtype_name(dt);
             CHECK(memcmp(loss, loss_ref, lb) == 0, "%s V=%lld: xent_fused loss differs from rowstats + loss_grad", name,
                   (long long)v);
@@ -1148,8 +1149,9 @@ static void test_adamw(void) {
         for (int i = 0; i < N; i++) g[i] = (float)mc_philox_normal(SEED, 600 + (uint64_t)step, (uint64_t)i);
         mc_adamw_desc d = {.param = p, .grad = g, .exp_avg = m, .exp_avg_sq = v,
                            .param_copy = t1(copy, MC_BF16, N), .segments = segs, .nsegments = 2,
-                           .lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .grad_scale = gs, .step = step};
-        be->adamw(be, &d);
+                           .lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .grad_scale = gs, .step = step,
+                           .state_numel = N, .grad_numel = N};
+        mc_op_adamw(be, &d);
         double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
         for (int s = 0; s < 2; s++)
             for (int64_t i = segs[s].offset; i < segs[s].offset + segs[s].count; i++) {
@@ -1192,12 +1194,12 @@ static void test_sumsq_count_zeros(void) {
         zeros += x[i] == 0;
     }
     mc_tensor X = t1(x, F32, n);
-    CHECK_REL(be->sumsq(be, &X), ref, 1e-12);
-    CHECK(be->count_zeros(be, &X) == zeros);
+    CHECK_REL(mc_op_sumsq(be, &X), ref, 1e-12);
+    CHECK(mc_op_count_zeros(be, &X) == zeros);
     double *xd = d_of(x, n);
     mc_tensor XD = t1(xd, F64, n);
-    CHECK_REL(be->sumsq(be, &XD), ref, 1e-12);
-    CHECK(be->count_zeros(be, &XD) == zeros);
+    CHECK_REL(mc_op_sumsq(be, &XD), ref, 1e-12);
+    CHECK(mc_op_count_zeros(be, &XD) == zeros);
     tfree_all();
 }
 
@@ -1220,11 +1222,11 @@ static void test_thread_count_independence(void) {
         double *dx = dbuf(n * h), *dw = dbuf(h), *db = dbuf(h), *dtab = dbuf(rows * h), *dq = dbuf(nqkv);
         mc_tensor X = t2(x, F64, n, h), W = t1(w, F64, h), DY = t2(dy, F64, n, h), M = t1(mean, F64, n),
                   R = t1(rstd, F64, n), Y = t2(y, F64, n, h), B = mc_tensor_none();
-        be->layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, 1e-5f);
+        mc_op_layernorm_fwd(be, &Y, &M, &R, &X, &W, &B, 1e-5f);
         mc_tensor DX = t2(dx, F64, n, h), DW = t1(dw, F64, h), DB = t1(db, F64, h), NONE_DS = mc_tensor_none();
-        be->layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &B, &DY, &X, &W, &B, &M, &R);
+        mc_op_layernorm_bwd(be, &DX, &DW, &DB, &NONE_DS, &B, &DY, &X, &W, &B, &M, &R);
         mc_tensor DT = t2(dtab, F64, rows, h), I = t1(ids, MC_I32, n);
-        be->embedding_bwd(be, &DT, &DY, &I, 0);
+        mc_op_embedding_bwd(be, &DT, &DY, &I, 0);
         attn_run(F64, &ad, ao, alse, qkv);
         attn_run_bwd(F64, &ad, dq, ad_out, qkv, ao, alse);
         results[run][0] = dx, results[run][1] = dw, results[run][2] = db, results[run][3] = dtab, results[run][4] = dq;

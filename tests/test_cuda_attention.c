@@ -1,4 +1,4 @@
-/* test_cuda_attention.c: the CUDA attention kernels (backend/cuda/cuda_attention.h) against
+/* test_cuda_attention.c: the CUDA attention kernels (backend/cuda/cuda_flash.h) against
  * the CPU reference backend's attention on random inputs.
  *  - F32 (the simple tiled kernels): out, lse, dq, dk, dv to relative L2 < 1e-5;
  *  - BF16 (the tensor-core kernels for head_dim 64 and 128, the simple kernels otherwise):
@@ -26,6 +26,7 @@
 #include "base/philox.h"
 #include "check.h"
 #include "tensor/backend.h"
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 #if defined(__has_include)
@@ -37,7 +38,7 @@
 #ifdef TEST_HAVE_CUDA_HEADERS
 #include <cuda_runtime.h>
 
-#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_flash.h"
 
 static mc_backend *cpu;
 
@@ -166,8 +167,8 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         mc_tensor Q = mc_tensor_1d(qkv, MC_F32, nqkv), O = mc_tensor_1d(ref_out, MC_F32, nout),
                   L = mc_tensor_1d(ref_lse, MC_F32, nlse), DO = mc_tensor_1d(dout, MC_F32, nout),
                   DQ = mc_tensor_1d(ref_dqkv, MC_F32, nqkv);
-        cpu->attention_fwd(cpu, &O, &L, &Q, &hd);
-        cpu->attention_bwd(cpu, &DQ, NULL, &DO, &Q, &O, &L, &hd);
+        mc_op_attention_fwd(cpu, &O, &L, &Q, &hd);
+        mc_op_attention_bwd(cpu, &DQ, NULL, &DO, &Q, &O, &L, &hd);
     }
 
     /* GPU */
@@ -187,12 +188,12 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         desc.seg_start = mc_tensor_2d(d_seg, MC_I32, B, S);
     }
     desc.deterministic = false; /* the larger workspace (with the dQ accumulator) */
-    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, dt, true);
+    const size_t ws_bytes = mc_cuda_flash_bwd_workspace(&desc, dt, true);
     void *ws = NULL;
     CU(cudaMalloc(&ws, ws_bytes));
     mc_tensor Q = mc_tensor_1d(d_qkv, dt, nqkv), O = mc_tensor_1d(d_out, dt, nout), L = mc_tensor_1d(d_lse, MC_F32, nlse),
               DO = mc_tensor_1d(d_dout, dt, nout), DQ = mc_tensor_1d(d_dqkv, dt, nqkv);
-    mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
+    mc_cuda_flash_fwd(0, &O, &L, &Q, &desc);
     CU(cudaDeviceSynchronize());
     float *out = to_host(d_out, nout, dt), *lse = to_host(d_lse, nlse, MC_F32), *dqkv = NULL;
     const double e_out = check_rel_l2(out, ref_out, nout), e_lse = check_rel_l2(lse, ref_lse, nlse);
@@ -205,7 +206,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
         desc.deterministic = det == 1;
         CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es)); /* NaN: every element must be written */
         const float *parts = NULL;
-        const int64_t prows = mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, true, &parts, NULL);
+        const int64_t prows = mc_cuda_flash_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, true, &parts, NULL);
         CU(cudaDeviceSynchronize());
         free(dqkv);
         dqkv = to_host(d_dqkv, nqkv, dt);
@@ -229,7 +230,7 @@ static void run_case(const char *name, attn_shape sh, mc_dtype dt) {
 
     /* determinism: a second deterministic backward (into a NaN-filled buffer) is bitwise equal */
     CU(cudaMemset(d_dqkv, 0xff, (size_t)nqkv * es));
-    mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, false, NULL, NULL);
+    mc_cuda_flash_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, false, NULL, NULL);
     CU(cudaDeviceSynchronize());
     void *again = malloc((size_t)nqkv * es), *first = malloc((size_t)nqkv * es);
     CU(cudaMemcpy(again, d_dqkv, (size_t)nqkv * es, cudaMemcpyDeviceToHost));
@@ -336,7 +337,7 @@ static int cmp_tl_block(const void *a, const void *b) {
     return x->entry < y->entry ? -1 : x->entry > y->entry;
 }
 
-/* One backward with the key-side kernel's timeline (mc_cuda_attention_bwd_timeline): where a
+/* One backward with the key-side kernel's timeline (mc_cuda_flash_bwd_timeline): where a
  * block's time goes (median prologue and epilogue, the loop's cost per item and its fixed
  * part by a least-squares fit over the blocks' item counts) and the idle time between one
  * SM's consecutive blocks; in microseconds at the device's maximum clock. */
@@ -350,9 +351,9 @@ static void bench_timeline(const char *name, const mc_attn_desc *desc, void *ws,
     CU(cudaMalloc((void **)&dev, words * sizeof *h));
     CU(cudaMemset(dev, 0, words * sizeof *h));
     const float *parts = NULL;
-    mc_cuda_attention_bwd_timeline(dev);
-    mc_cuda_attention_bwd(0, ws, ws_bytes, DQ, DO, Q, O, L, desc, false, &parts, NULL);
-    mc_cuda_attention_bwd_timeline(NULL);
+    mc_cuda_flash_bwd_timeline(dev);
+    mc_cuda_flash_bwd(0, ws, ws_bytes, DQ, DO, Q, O, L, desc, false, &parts, NULL);
+    mc_cuda_flash_bwd_timeline(NULL);
     CU(cudaMemcpy(h, dev, words * sizeof *h, cudaMemcpyDeviceToHost));
     int khz = 0;
     CU(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -406,7 +407,7 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
     CU(cudaMalloc(&dqkv, (size_t)nqkv * 2));
     mc_attn_desc desc = {.seq = S, .batch = B, .heads = H, .groups = G, .head_dim = d,
                          .softmax_scale = (float)(1.0 / sqrt((double)d)), .deterministic = false};
-    const size_t ws_bytes = mc_cuda_attention_bwd_workspace(&desc, MC_BF16, true);
+    const size_t ws_bytes = mc_cuda_flash_bwd_workspace(&desc, MC_BF16, true);
     void *ws;
     CU(cudaMalloc(&ws, ws_bytes));
     mc_tensor Q = mc_tensor_1d(qkv, MC_BF16, nqkv), O = mc_tensor_1d(out, MC_BF16, nout),
@@ -424,8 +425,8 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
         float ms[20];
         for (int rep = -3; rep < 20; rep++) {
             CU(cudaEventRecord(e0, 0));
-            if (mode == 0 || mode == 2 || mode == 4) mc_cuda_attention_fwd(0, &O, &L, &Q, &desc);
-            if (mode != 0) mc_cuda_attention_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts, NULL);
+            if (mode == 0 || mode == 2 || mode == 4) mc_cuda_flash_fwd(0, &O, &L, &Q, &desc);
+            if (mode != 0) mc_cuda_flash_bwd(0, ws, ws_bytes, &DQ, &DO, &Q, &O, &L, &desc, mode == 5, &parts, NULL);
             CU(cudaEventRecord(e1, 0));
             CU(cudaEventSynchronize(e1));
             if (rep >= 0) CU(cudaEventElapsedTime(&ms[rep], e0, e1));

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "train/model_options.h"
 
 typedef struct {
     mc_config cfg;
@@ -100,7 +101,8 @@ static int setup(golden *g, const char *family) {
     g->B = g->cfg.train.micro_batch_size;
     g->S = g->cfg.model.seq_length;
     g->N = g->B * g->S;
-    if (mc_model_create(&g->model, &g->cfg, g->be, &g->comm, MC_F32, MC_F32, MC_F32, g->B, NULL, &err) != MC_OK) {
+    mc_model_options mo = mc_model_options_from_config(&g->cfg, 1, MC_F32, MC_F32, MC_F32, g->B, NULL);
+    if (mc_model_create(&g->model, &mo, g->be, &g->comm, &err) != MC_OK) {
         CHECK(0, "%s", err.msg);
         return -1;
     }

@@ -12,6 +12,7 @@
 #include "megatron.h"
 #include "model/model.h"
 #include "model/model_internal.h"
+#include "train/model_options.h"
 #include "tiny_llama.h"
 
 typedef struct {
@@ -73,7 +74,8 @@ static void gradcheck(mc_config *cfg, bool segments) {
     CHECK(mc_comm_init(&comm, 1, 0, 0, 1, 1, 1, 1, &err) == MC_OK, "%s", err.msg);
     mc_backend *be = mc_backend_cpu_create();
     mc_model m;
-    CHECK(mc_model_create(&m, cfg, be, &comm, MC_F64, MC_F64, MC_F64, 2, NULL, &err) == MC_OK, "%s", err.msg);
+    mc_model_options mo = mc_model_options_from_config(cfg, 1, MC_F64, MC_F64, MC_F64, 2, NULL);
+    CHECK(mc_model_create(&m, &mo, be, &comm, &err) == MC_OK, "%s", err.msg);
     mc_model_init_params(&m, 42);
     /* Perturb every parameter (norm weights 1 and zero biases make weak checks). */
     double *p = m.param_buf;
@@ -246,7 +248,8 @@ static void test_llama_head_chunks(void) {
     CHECK(mc_comm_init(&comm, 1, 0, 0, 1, 1, 1, 1, &err) == MC_OK, "%s", err.msg);
     mc_backend *be = mc_backend_cpu_create();
     mc_model m;
-    CHECK(mc_model_create(&m, &c, be, &comm, MC_F64, MC_F64, MC_F64, 2, NULL, &err) == MC_OK, "%s", err.msg);
+    mc_model_options mo = mc_model_options_from_config(&c, 1, MC_F64, MC_F64, MC_F64, 2, NULL);
+    CHECK(mc_model_create(&m, &mo, be, &comm, &err) == MC_OK, "%s", err.msg);
     mc_model_init_params(&m, 42);
     double *p = m.param_buf, *g = m.grad_buf;
     for (int64_t i = 0; i < m.numel; i++) p[i] += 0.3 * mc_philox_normal(9, 9, (uint64_t)i);

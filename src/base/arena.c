@@ -3,7 +3,6 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "tensor/backend.h"
 
 static size_t round_up(size_t n) { return (n + MC_ARENA_ALIGN - 1) / MC_ARENA_ALIGN * MC_ARENA_ALIGN; }
 
@@ -11,11 +10,12 @@ void mc_arena_init_measure(mc_arena *a, const char *name) {
     *a = (mc_arena){.name = name, .measuring = true, .capacity = SIZE_MAX};
 }
 
-void mc_arena_init(mc_arena *a, const char *name, mc_backend *be, size_t bytes) {
-    *a = (mc_arena){.name = name, .be = be, .capacity = round_up(bytes)};
+void mc_arena_init(mc_arena *a, const char *name, const mc_arena_allocator *allocator, size_t bytes) {
+    *a = (mc_arena){.name = name, .capacity = round_up(bytes)};
+    if (allocator) a->allocator = *allocator;
     if (a->capacity == 0) return;
-    if (be) {
-        a->base = be->alloc(be, a->capacity);
+    if (a->allocator.alloc) {
+        a->base = a->allocator.alloc(a->allocator.ctx, a->capacity);
     } else {
         void *p = NULL;
         if (posix_memalign(&p, MC_ARENA_ALIGN, a->capacity) != 0)
@@ -27,8 +27,8 @@ void mc_arena_init(mc_arena *a, const char *name, mc_backend *be, size_t bytes) 
 
 void mc_arena_free(mc_arena *a) {
     if (a->base) {
-        if (a->be)
-            a->be->free(a->be, a->base);
+        if (a->allocator.free)
+            a->allocator.free(a->allocator.ctx, a->base);
         else
             free(a->base);
     }

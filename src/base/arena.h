@@ -1,4 +1,5 @@
-/* arena.h: bump allocators over one backend allocation, sized up front.
+/* arena.h: bump allocators over one allocation (a backend's, through an allocator
+ * callback), sized up front.
  *
  * Memory is planned: code that needs buffers first runs its allocation sequence against a
  * measuring arena (which only counts), then creates a real arena of exactly that size and
@@ -13,13 +14,19 @@
 extern "C" {
 #endif
 
-struct mc_backend;
-
 #define MC_ARENA_ALIGN 256 /* bytes: enough for 16-byte vector loads and TMA descriptors */
+
+/* Where a real arena's memory comes from (a backend's alloc and free, say), ctx passed
+ * through. alloc aborts with a message when out of memory. */
+typedef struct mc_arena_allocator {
+    void *(*alloc)(void *ctx, size_t bytes);
+    void (*free)(void *ctx, void *p);
+    void *ctx;
+} mc_arena_allocator;
 
 typedef struct mc_arena {
     const char *name;
-    struct mc_backend *be; /* NULL: host memory from malloc */
+    mc_arena_allocator allocator; /* alloc NULL: host memory from posix_memalign */
     char *base;
     size_t capacity, used, peak;
     bool measuring; /* only counts; returned pointers must not be dereferenced */
@@ -27,8 +34,8 @@ typedef struct mc_arena {
 
 /* A counting arena (no memory). */
 void mc_arena_init_measure(mc_arena *a, const char *name);
-/* A real arena of `bytes` from backend `be` (host malloc when be == NULL). */
-void mc_arena_init(mc_arena *a, const char *name, struct mc_backend *be, size_t bytes);
+/* A real arena of `bytes` from `allocator` (host memory when NULL). */
+void mc_arena_init(mc_arena *a, const char *name, const mc_arena_allocator *allocator, size_t bytes);
 void mc_arena_free(mc_arena *a);
 
 /* `bytes` rounded up to MC_ARENA_ALIGN; aborts with the arena's name when it overflows

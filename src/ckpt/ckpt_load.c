@@ -24,6 +24,7 @@
 #include "base/file.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "tensor/ops.h"
 
 /* ---- finding checkpoints ---- */
 
@@ -288,7 +289,7 @@ static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_l
                 if (m->param_dtype != MC_F32) {
                     mc_tensor src = mc_tensor_1d((void *)at, m->param_dtype, b - a);
                     mc_tensor tmp = mc_tensor_1d(io->temp[0], MC_F32, b - a);
-                    be->convert(be, &tmp, &src);
+                    mc_op_convert(be, &tmp, &src);
                     at = (const char *)io->temp[0];
                 }
                 be->copy_d2h(be, buf + (p->offset + a - lo), at, (size_t)(b - a) * 4);
@@ -311,7 +312,7 @@ static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_l
         mc_tensor src = mc_tensor_1d(tmp, MC_F32, hi - lo);
         mc_tensor dst = mc_tensor_1d((char *)m->param_buf + (size_t)lo * mc_dtype_size(m->param_dtype), m->param_dtype, hi - lo);
         if (m->param_dtype == MC_F32) be->copy_d2d(be, dst.data, tmp, bytes);
-        else be->convert(be, &dst, &src);
+        else mc_op_convert(be, &dst, &src);
         for (int s = 0; s < o->nsegments; s++) { /* the master's copy of this window */
             const mc_adamw_segment *sg = &o->segments[s];
             int64_t a = sg->grad_offset > lo ? sg->grad_offset : lo;
@@ -399,7 +400,7 @@ static void reset_state(const mc_ckpt_state *st) {
             mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
             mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * mc_dtype_size(m->param_dtype),
                                          m->param_dtype, sg->count);
-            be->convert(be, &dst, &src);
+            mc_op_convert(be, &dst, &src);
         }
     be->zero(be, o->exp_avg, (size_t)o->state_numel * 4);
     be->zero(be, o->exp_avg_sq, (size_t)o->state_numel * 4);

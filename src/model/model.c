@@ -22,7 +22,7 @@ static void build_rope_tables(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     m->rot_dim = (int)(c->kv_channels * c->rotary_percent);
     int64_t half = m->rot_dim / 2, P = c->max_position_embeddings;
-    mc_dtype dt = mc_model_stat_dtype(m->act_dtype);
+    mc_dtype dt = mc_stat_dtype(m->act_dtype);
     size_t bytes = (size_t)(P * half) * mc_dtype_size(dt);
     m->rope_cos = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
     m->rope_sin = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
@@ -134,7 +134,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
     int64_t Nl = m->sp ? N / m->tp : N; /* residual-stream tokens on this rank */
-    mc_dtype at = m->act_dtype, st = mc_model_stat_dtype(at);
+    mc_dtype at = m->act_dtype, st = mc_stat_dtype(at);
     size_t plan_start = a->used;
     bool ln = c->normalization == MC_NORM_LAYERNORM;
     /* Residual stream: res[l] is the input of layer l, res[L] the final residual. */
@@ -204,31 +204,45 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
-int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
-                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout,
-                    mc_err *err) {
+/* Whether every size of the model can be counted in 64 bits. A bound in double (which
+ * cannot wrap) on the elements the model holds, below 2^60 bytes' worth: every buffer has
+ * at most R rows (tokens, positions, vocabulary, or W), and a layer's parameters,
+ * gradients and activations take at most 16 W + R columns of them together, W being the sum
+ * of a layer's widths (global, so at least the shard's); the embeddings, the head and the
+ * backward scratch count as 4 layers more. Past this check the exact sizes below (ints for
+ * shard widths, int64 offsets, size_t bytes) cannot overflow. */
+static bool sizes_countable(const mc_model_options *o) {
+    const mc_model_config *c = &o->cfg;
+    double d = c->kv_channels, heads = c->num_attention_heads, f = c->ffn_hidden_size;
+    double W = c->hidden_size + (heads + 2.0 * c->num_query_groups) * d + heads * d + (c->swiglu ? 3 : 2) * f + 64;
+    double N = (double)o->max_batch * (double)c->seq_length;
+    double R = fmax(fmax(N, (double)c->max_position_embeddings), fmax((double)o->padded_vocab, W));
+    double elems = ((double)c->num_layers + 4) * R * (16 * W + R);
+    return elems * 8 < 0x1p60;
+}
+
+int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
     memset(m, 0, sizeof *m);
-    m->cfg = cfg->model;
-    m->padded_vocab = mc_config_padded_vocab(cfg);
+    if (!sizes_countable(o))
+        return mc_err_set(err,
+                          "a model of %d layers, hidden size %d, sequence length %d and micro-batch %lld is too large to "
+                          "plan: its buffers may exceed 2^60 bytes",
+                          o->cfg.num_layers, o->cfg.hidden_size, o->cfg.seq_length, (long long)o->max_batch);
+    m->cfg = o->cfg;
+    m->padded_vocab = o->padded_vocab;
     m->be = be;
     m->comm = comm;
-    m->param_dtype = param_dtype;
-    m->grad_dtype = grad_dtype;
-    m->act_dtype = act_dtype;
-    m->seed = cfg->train.seed;
+    m->param_dtype = o->param_dtype;
+    m->grad_dtype = o->grad_dtype;
+    m->act_dtype = o->act_dtype;
+    m->seed = o->seed;
     const mc_model_config *c = &m->cfg;
     m->tp = comm->tp.size;
     m->tp_rank = comm->tp.rank;
     int tp = m->tp;
-    m->sp = cfg->parallel.sequence_parallel && tp > 1;
-    m->recompute_act = cfg->model.swiglu || cfg->train.recompute_granularity == 1;
-    m->deterministic = cfg->train.deterministic_mode;
-    if (m->sp && (c->seq_length % tp != 0))
-        return mc_err_set(err, "--sequence-parallel: --seq-length %d must be divisible by --tensor-model-parallel-size %d",
-                          c->seq_length, tp);
-    if (c->num_attention_heads % tp || (c->num_query_groups % tp && tp % c->num_query_groups) ||
-        c->ffn_hidden_size % tp || m->padded_vocab % tp)
-        return mc_err_set(err, "model sizes are not divisible by the tensor-parallel size %d", tp);
+    m->sp = o->sequence_parallel && tp > 1;
+    m->recompute_act = c->swiglu || o->selective_recompute;
+    m->deterministic = o->deterministic;
     m->heads_local = c->num_attention_heads / tp;
     m->groups_local = c->num_query_groups >= tp ? c->num_query_groups / tp : 1;
     m->qkv_local = (m->heads_local + 2 * m->groups_local) * c->kv_channels;
@@ -236,27 +250,46 @@ int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *
     m->fc1_local = c->swiglu ? 2 * m->ffn_local : m->ffn_local;
     m->vocab_local = m->padded_vocab / tp;
     m->vocab_start = (int64_t)m->tp_rank * m->vocab_local;
-    m->max_batch = max_batch;
+    m->max_batch = o->max_batch;
     m->seq = c->seq_length;
-    m->micro_batches = mc_config_num_microbatches(cfg, comm->sizes.dp);
+    m->micro_batches = o->micro_batches;
 
-    mc_model_build_table(m, layout);
-    m->param_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(param_dtype));
-    m->grad_buf = be->alloc(be, (size_t)m->numel * mc_dtype_size(grad_dtype));
-    be->zero(be, m->param_buf, (size_t)m->numel * mc_dtype_size(param_dtype));
-    be->zero(be, m->grad_buf, (size_t)m->numel * mc_dtype_size(grad_dtype));
-
+    mc_model_build_table(m, &o->layout);
     m->acts = mc_xcalloc((size_t)c->num_layers, sizeof(mc_layer_acts));
     mc_arena measure;
     mc_arena_init_measure(&measure, "activations (plan)");
     plan_activations(m, &measure);
-    mc_arena_init(&m->act_arena, "activations", be, measure.peak);
+    m->act_bytes = measure.peak;
+    return MC_OK;
+}
+
+void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts) {
+    *params = (size_t)m->numel * mc_dtype_size(m->param_dtype);
+    *grads = (size_t)m->numel * mc_dtype_size(m->grad_dtype);
+    *acts = m->act_bytes;
+}
+
+void mc_model_alloc(mc_model *m) {
+    mc_backend *be = m->be;
+    size_t params, grads, acts;
+    mc_model_bytes(m, &params, &grads, &acts);
+    m->param_buf = be->alloc(be, params);
+    m->grad_buf = be->alloc(be, grads);
+    be->zero(be, m->param_buf, params);
+    be->zero(be, m->grad_buf, grads);
+    mc_arena_allocator backend_memory = mc_backend_arena_allocator(be);
+    mc_arena_init(&m->act_arena, "activations", &backend_memory, acts);
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
     size_t ntok = (size_t)(m->max_batch * m->seq);
     m->host_loss = mc_xmalloc(sizeof(double) * ntok); /* room for F32 or F64 elements */
     m->host_mask = mc_xmalloc(sizeof(double) * ntok);
     m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
+}
+
+int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
+    MC_TRY(mc_model_plan(m, o, be, comm, err));
+    mc_model_alloc(m);
     return MC_OK;
 }
 

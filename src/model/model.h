@@ -78,6 +78,22 @@ typedef struct mc_model_layout {
     int64_t pad_multiple; /* every bucket's size is a multiple of this (Megatron: lcm(DP, 128)); 0: 1 */
 } mc_model_layout;
 
+/* What a model is built from: its settings and the facts of the run it needs, filled by
+ * the caller from a validated configuration (train/model_options.h does so from an
+ * mc_config). The model checks none of it again. */
+typedef struct mc_model_options {
+    mc_model_config cfg;      /* validated, derived fields set (kv_channels, num_query_groups, ffn_hidden_size) */
+    int padded_vocab;         /* vocab_size padded to a multiple of make_vocab_size_divisible_by x TP */
+    uint64_t seed;            /* init and dropout streams */
+    bool sequence_parallel;   /* (with TP > 1) the residual stream holds N/TP tokens a rank */
+    bool selective_recompute; /* --recompute-granularity selective: the MLP activation is rewritten in backward */
+    bool deterministic;       /* --deterministic-mode: kernels that sum in a fixed order only */
+    int micro_batches;        /* a step (gradient accumulation) */
+    int64_t max_batch;        /* sequences a micro-batch holds at most */
+    mc_dtype param_dtype, grad_dtype, act_dtype;
+    mc_model_layout layout;   /* the buckets; zeros: one bucket, no padding multiple */
+} mc_model_options;
+
 /* Callbacks that let data parallelism overlap with the passes (all optional). */
 typedef struct mc_model_hooks {
     void *ctx;
@@ -191,11 +207,17 @@ typedef struct mc_model {
     char *host_logits;
 } mc_model;
 
-/* Builds the parameter table and plans/allocates parameters, gradients and activations
- * for micro-batches of up to max_batch sequences. cfg must be validated. */
-int mc_model_create(mc_model *m, const mc_config *cfg, mc_backend *be, mc_comm *comm, mc_dtype param_dtype,
-                    mc_dtype grad_dtype, mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout,
-                    mc_err *err);
+/* mc_model_plan then mc_model_alloc. */
+int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err);
+/* Everything but the backend memory: shard sizes, the parameter table and buckets, and the
+ * activation plan, measured (act_bytes). A model whose sizes could not be counted in 64
+ * bits is an error, nothing allocated. Then mc_model_bytes says what mc_model_alloc will
+ * take, and mc_model_free releases a plan not allocated. */
+int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err);
+/* Backend bytes of the planned parameters, gradients and activations. */
+void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts);
+/* Allocates the planned buffers (zeroed parameters and gradients, the activation arena). */
+void mc_model_alloc(mc_model *m);
 void mc_model_free(mc_model *m);
 
 /* Fills the parameters: normal(0, std) for matrices (std / sqrt(2 L) for the attention and

@@ -105,9 +105,9 @@ static void norm_fwd(pass_ctx *p, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd
     mc_tensor yy = my_rows(p, y), xx = rows_of(x, p->Nl), rs = rows_of(rstd, p->Nl);
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
         mc_tensor mu = rows_of(mean, p->Nl);
-        p->be->layernorm_fwd(p->be, &yy, &mu, &rs, &xx, &w, &b, m->cfg.norm_epsilon);
+        mc_op_layernorm_fwd(p->be, &yy, &mu, &rs, &xx, &w, &b, m->cfg.norm_epsilon);
     } else {
-        p->be->rmsnorm_fwd(p->be, &yy, &rs, &xx, &w, m->cfg.norm_epsilon);
+        mc_op_rmsnorm_fwd(p->be, &yy, &rs, &xx, &w, m->cfg.norm_epsilon);
     }
 }
 
@@ -123,9 +123,9 @@ static void norm_bwd(pass_ctx *p, mc_tensor *dx, const mc_tensor *dy, const mc_t
     mc_tensor *yy = y ? y : &none;
     if (m->cfg.normalization == MC_NORM_LAYERNORM) {
         mc_tensor mu = rows_of(mean, p->Nl);
-        p->be->layernorm_bwd(p->be, &dxx, &gw, &gb, &gs, yy, dy, &xx, &w, &b, &mu, &rs);
+        mc_op_layernorm_bwd(p->be, &dxx, &gw, &gb, &gs, yy, dy, &xx, &w, &b, &mu, &rs);
     } else {
-        p->be->rmsnorm_bwd(p->be, &dxx, &gw, &gs, yy, dy, &xx, &w, &rs);
+        mc_op_rmsnorm_bwd(p->be, &dxx, &gw, &gs, yy, dy, &xx, &w, &rs);
     }
 }
 
@@ -183,7 +183,7 @@ static mc_tensor row_parallel_fwd(pass_ctx *p, const mc_tensor *x, int wi, int b
     mc_tensor w = mc_model_param(m, wi);
     mc_tensor b = m->tp_rank == 0 ? mc_model_param(m, bi) : mc_tensor_none();
     mc_tensor full = rows_of(&m->dtmp, p->N);
-    p->be->linear_fwd(p->be, &full, x, &w, &b);
+    mc_op_linear_fwd(p->be, &full, x, &w, &b);
     return reduce_partial(p, &m->dtmp);
 }
 
@@ -195,11 +195,11 @@ static void residual_branch_fwd(pass_ctx *p, mc_tensor *out, const mc_tensor *re
     mc_model *m = p->m;
     if (m->tp == 1 && hp == 0.0f) {
         mc_tensor w = mc_model_param(m, wi), b = mc_model_param(m, bi);
-        p->be->linear_residual_fwd(p->be, out, residual, x, &w, &b);
+        mc_op_linear_residual_fwd(p->be, out, residual, x, &w, &b);
         return;
     }
     mc_tensor t = row_parallel_fwd(p, x, wi, bi);
-    p->be->dropout_add_fwd(p->be, out, residual, &t, hp, m->seed, residual_stream(p, site));
+    mc_op_dropout_add_fwd(p->be, out, residual, &t, hp, m->seed, residual_stream(p, site));
 }
 
 /* Where layer l's MLP activation lives: its own saved buffer, or the shared scratch that
@@ -216,9 +216,9 @@ static mc_tensor activation_fwd(pass_ctx *p, int l, const mc_tensor *fc1) {
     mc_model *m = p->m;
     mc_tensor act = rows_of(act_buf(p, l), p->N);
     if (m->cfg.swiglu)
-        p->be->swiglu_fwd(p->be, &act, fc1);
+        mc_op_swiglu_fwd(p->be, &act, fc1);
     else
-        p->be->gelu_fwd(p->be, &act, fc1, m->cfg.openai_gelu);
+        mc_op_gelu_fwd(p->be, &act, fc1, m->cfg.openai_gelu);
     return act;
 }
 
@@ -239,11 +239,11 @@ static void norm_linear_bwd(pass_ctx *p, const mc_tensor *dout, const mc_tensor 
     mc_tensor w = mc_model_param(m, lin_w), gw = mc_model_grad(m, lin_w), gb = mc_model_grad(m, lin_b);
     mc_tensor dy = rows_of(&m->dtmp, p->N), none = mc_tensor_none();
     mc_tensor y = rows_of(&m->ytmp, p->N), y_mine = my_rows(p, &m->ytmp);
-    be->linear_bwd(be, &dy, &none, &none, dout, &y, &w, true);
+    mc_op_linear_bwd(be, &dy, &none, &none, dout, &y, &w, true);
     mc_tensor dy_mine = reduce_partial(p, &m->dtmp);
     norm_bwd(p, &m->dres, &dy_mine, x, mean, rstd, norm_w, norm_b, &y_mine, sum_idx);
     gather_seq(p, &m->ytmp);
-    be->linear_bwd(be, &none, &gw, &gb, dout, &y, &w, grad_acc(p, lin_w));
+    mc_op_linear_bwd(be, &none, &gw, &gb, dout, &y, &w, grad_acc(p, lin_w));
 }
 
 static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
@@ -258,14 +258,14 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     gather_seq(p, &m->ytmp);
     mc_tensor y1 = rows_of(&m->ytmp, N), qkv = rows_of(&a->qkv, N), att = rows_of(&a->att, N);
     mc_tensor wqkv = mc_model_param(m, lp->qkv_w), bqkv = mc_model_param(m, lp->qkv_b);
-    be->linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
+    mc_op_linear_fwd(be, &qkv, &y1, &wqkv, &bqkv);
     mc_attn_desc ad = attn_desc(p, l);
     if (m->cfg.position_embedding_type == MC_POS_ROPE) {
         mc_rope_desc rd = rope_desc(p);
-        be->rope(be, &qkv, &rd, false);
+        mc_op_rope(be, &qkv, &rd, false);
     }
     mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
-    be->attention_fwd(be, &att, &lse, &qkv, &ad);
+    mc_op_attention_fwd(be, &att, &lse, &qkv, &ad);
     mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
     residual_branch_fwd(p, &x_mid, &x_in, &att, lp->proj_w, lp->proj_b, hp, site_attn_res(l));
 
@@ -275,9 +275,9 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
     mc_tensor w1 = mc_model_param(m, lp->fc1_w), b1 = mc_model_param(m, lp->fc1_b), act;
     if (fused_gelu(m)) {
         act = rows_of(act_buf(p, l), N);
-        be->linear_gelu_fwd(be, &act, &fc1, &y2, &w1, &b1);
+        mc_op_linear_gelu_fwd(be, &act, &fc1, &y2, &w1, &b1);
     } else {
-        be->linear_fwd(be, &fc1, &y2, &w1, &b1);
+        mc_op_linear_fwd(be, &fc1, &y2, &w1, &b1);
         act = activation_fwd(p, l, &fc1);
     }
     mc_tensor out = rows_of(x_out, p->Nl);
@@ -293,7 +293,7 @@ static mc_tensor branch_grad(pass_ctx *p, int site) {
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
     if (hp == 0.0f && !m->sp) return rows_of(&m->dres, p->N);
     mc_tensor dres = rows_of(&m->dres, p->Nl), mine = my_rows(p, &m->dtmp);
-    p->be->dropout_bwd(p->be, &mine, &dres, hp, m->seed, residual_stream(p, site));
+    mc_op_dropout_bwd(p->be, &mine, &dres, hp, m->seed, residual_stream(p, site));
     gather_seq(p, &m->dtmp);
     return rows_of(&m->dtmp, p->N);
 }
@@ -317,24 +317,24 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor dfc1 = fc1; /* in place: the layer's fc1 output is dead after its activation's backward */
     if (fused_gelu(m)) { /* d fc1 in dact's buffer; fc1's bias gradient comes with its weight gradient */
         mc_tensor act = m->recompute_act ? activation_fwd(p, l, &fc1) : rows_of(&a->act, N);
-        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
-        be->linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
+        mc_op_linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
+        mc_op_linear_dgelu_bwd(be, &dact, &none, &dt, &w2, &fc1);
         dfc1 = dact;
     } else if (!m->recompute_act) { /* GELU, its activation saved */
         mc_tensor act = rows_of(&a->act, N);
-        be->linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
-        be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+        mc_op_linear_bwd(be, &dact, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
+        mc_op_gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
     } else { /* fc2's input gradient, the activation again (SwiGLU: written by its backward's
               * pass; GELU: a pass of its own), then fc2's weight gradient */
         mc_tensor act = rows_of(&m->act_tmp, N);
-        be->linear_bwd(be, &dact, &none, &none, &dt, &act, &w2, true);
+        mc_op_linear_bwd(be, &dact, &none, &none, &dt, &act, &w2, true);
         if (m->cfg.swiglu) {
-            be->swiglu_bwd(be, &dfc1, &act, &dact, &fc1);
+            mc_op_swiglu_bwd(be, &dfc1, &act, &dact, &fc1);
         } else {
             activation_fwd(p, l, &fc1);
-            be->gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
+            mc_op_gelu_bwd(be, &dfc1, &dact, &fc1, m->cfg.openai_gelu);
         }
-        be->linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
+        mc_op_linear_bwd(be, &none, &gw2, &gb2, &dt, &act, &w2, grad_acc(p, lp->fc2_w));
     }
     norm_linear_bwd(p, &dfc1, &a->x_mid, &a->mean2, &a->rstd2, lp->ln2_w, lp->ln2_b, lp->fc1_w, lp->fc1_b,
                     by_norm ? lp->proj_b : -1);
@@ -344,7 +344,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     mc_tensor att = rows_of(&a->att, N), datt = rows_of(&m->datt, N);
     mc_tensor wp = mc_model_param(m, lp->proj_w), gwp = mc_model_grad(m, lp->proj_w);
     mc_tensor gbp = by_norm ? none : mc_model_grad(m, lp->proj_b);
-    be->linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp, grad_acc(p, lp->proj_w));
+    mc_op_linear_bwd(be, &datt, &gwp, &gbp, &dt, &att, &wp, grad_acc(p, lp->proj_w));
     mc_tensor qkv = rows_of(&a->qkv, N), lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
     mc_tensor dqkv = rows_of(&m->dqkv, N);
     mc_attn_desc ad = attn_desc(p, l);
@@ -355,7 +355,7 @@ static void layer_bwd(pass_ctx *p, int l) {
     }
     const bool qkv_b_by_attn = mc_model_qkv_bias_by_attention(m);
     mc_tensor gbq = qkv_b_by_attn ? mc_model_grad(m, lp->qkv_b) : none;
-    be->attention_bwd(be, &dqkv, &gbq, &datt, &qkv, &att, &lse, &ad);
+    mc_op_attention_bwd(be, &dqkv, &gbq, &datt, &qkv, &att, &lse, &ad);
     norm_linear_bwd(p, &dqkv, &a->x_in, &a->mean1, &a->rstd1, lp->ln1_w, lp->ln1_b, lp->qkv_w,
                     qkv_b_by_attn ? -1 : lp->qkv_b, l > 0 ? fc2_bias_sum(p, l - 1) : -1);
 }
@@ -368,19 +368,19 @@ static void embedding_fwd(pass_ctx *p) {
     mc_tensor we = mc_model_param(m, m->emb_w), out = rows_of(&m->emb_out, p->Nl);
     if (m->sp) {
         mc_tensor full = rows_of(&m->dtmp, p->N);
-        be->embedding_fwd(be, &full, &p->mb->tokens, &we, m->vocab_start, false);
+        mc_op_embedding_fwd(be, &full, &p->mb->tokens, &we, m->vocab_start, false);
         mc_tensor mine = reduce_partial(p, &m->dtmp);
         be->copy_d2d(be, out.data, mine.data, mc_tensor_bytes(&out));
     } else {
-        be->embedding_fwd(be, &out, &p->mb->tokens, &we, m->vocab_start, false);
+        mc_op_embedding_fwd(be, &out, &p->mb->tokens, &we, m->vocab_start, false);
         mc_comm_all_reduce(&m->comm->tp, be, &out, MC_REDUCE_SUM);
     }
     if (m->pos_w >= 0) {
         mc_tensor wp = mc_model_param(m, m->pos_w), pos = rows_at(&p->mb->pos, p->r0, p->Nl);
-        be->embedding_fwd(be, &out, &pos, &wp, 0, true);
+        mc_op_embedding_fwd(be, &out, &pos, &wp, 0, true);
     }
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
-    if (hp > 0) be->dropout_fwd(be, &out, &out, hp, m->seed, residual_stream(p, SITE_EMB));
+    if (hp > 0) mc_op_dropout_fwd(be, &out, &out, hp, m->seed, residual_stream(p, SITE_EMB));
 }
 
 static void embedding_bwd(pass_ctx *p) {
@@ -388,10 +388,10 @@ static void embedding_bwd(pass_ctx *p) {
     mc_backend *be = p->be;
     mc_tensor dres = rows_of(&m->dres, p->Nl);
     float hp = p->train ? m->cfg.hidden_dropout : 0.0f;
-    if (hp > 0) be->dropout_bwd(be, &dres, &dres, hp, m->seed, residual_stream(p, SITE_EMB));
+    if (hp > 0) mc_op_dropout_bwd(be, &dres, &dres, hp, m->seed, residual_stream(p, SITE_EMB));
     if (m->pos_w >= 0) {
         mc_tensor gwp = mc_model_grad(m, m->pos_w), pos = rows_at(&p->mb->pos, p->r0, p->Nl);
-        be->embedding_bwd(be, &gwp, &dres, &pos, 0);
+        mc_op_embedding_bwd(be, &gwp, &dres, &pos, 0);
     }
     /* Every rank's vocabulary rows need the gradient of every token. */
     mc_tensor full = rows_of(&m->dtmp, p->N);
@@ -403,7 +403,7 @@ static void embedding_bwd(pass_ctx *p) {
         full = dres;
     }
     mc_tensor gwe = mc_model_grad(m, m->emb_w);
-    be->embedding_bwd(be, &gwe, &full, &p->mb->tokens, m->vocab_start);
+    mc_op_embedding_bwd(be, &gwe, &full, &p->mb->tokens, m->vocab_start);
 }
 
 /* Offsets of the parameter ranges the passes read: the embeddings, layer l, the head. */
@@ -467,23 +467,23 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
         mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(lbuf, nc), rowmax = rows_of(&m->rowmax, nc);
         mc_tensor stats = mc_tensor_2d(m->stats.data, m->stats.dtype, 2, nc), loss = rows_at(&m->tok_loss, c0, nc);
         mc_tensor labels = rows_at(&p->mb->labels, c0, nc), mask = rows_at(&p->mb->loss_mask, c0, nc);
-        be->linear_fwd(be, &logits, &x, &w, &none);
+        mc_op_linear_fwd(be, &logits, &x, &w, &none);
         mc_tensor dlogits = backward ? logits : none;
         if (m->tp == 1) { /* the whole vocabulary here: one pass over the logits */
-            be->xent_fused(be, &loss, &dlogits, &logits, &labels, &mask, (float)grad_scale);
+            mc_op_xent_fused(be, &loss, &dlogits, &logits, &labels, &mask, (float)grad_scale);
         } else { /* the group's max, each rank's sum relative to it, then the sums */
-            be->xent_rowstats(be, &rowmax, &stats, &logits, &labels, m->vocab_start);
+            mc_op_xent_rowstats(be, &rowmax, &stats, &logits, &labels, m->vocab_start);
             mc_tensor gmax = rows_of(&m->gmax, nc);
             be->copy_d2d(be, gmax.data, rowmax.data, mc_tensor_bytes(&rowmax));
             mc_comm_all_reduce(&m->comm->tp, be, &gmax, MC_REDUCE_MAX);
-            be->xent_rescale(be, &stats, &rowmax, &gmax);
+            mc_op_xent_rescale(be, &stats, &rowmax, &gmax);
             mc_comm_all_reduce(&m->comm->tp, be, &stats, MC_REDUCE_SUM);
-            be->xent_loss_grad(be, &loss, &dlogits, &logits, &gmax, &stats, &labels, &mask, m->vocab_start,
+            mc_op_xent_loss_grad(be, &loss, &dlogits, &logits, &gmax, &stats, &labels, &mask, m->vocab_start,
                                (float)grad_scale);
         }
         if (backward) {
             mc_tensor dx = rows_at(&m->dtmp, c0, nc);
-            be->linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));
+            mc_op_linear_bwd(be, &dx, &gw, &none, &logits, &x, &w, c0 > 0 || grad_acc(p, m->out_w));
         }
     }
     if (borrow) mc_model_zero_borrowed(m);
@@ -561,7 +561,7 @@ int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int6
     int64_t row = t * mb->batch + b;
     mc_tensor x = rows_at(&m->yf, row, 1), logits = rows_of(&m->logits, 1), w = mc_model_param(m, m->out_w);
     mc_tensor none = mc_tensor_none();
-    be->linear_fwd(be, &logits, &x, &w, &none);
+    mc_op_linear_fwd(be, &logits, &x, &w, &none);
     int64_t V = m->vocab_local;
     size_t esz = mc_dtype_size(m->act_dtype);
     char *host = m->host_logits;
@@ -595,7 +595,7 @@ void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out) {
     for (int64_t c0 = 0; c0 < N; c0 += m->head_chunk) {
         int64_t nc = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
         mc_tensor x = rows_at(&m->yf, c0, nc), logits = rows_of(&m->logits, nc);
-        be->linear_fwd(be, &logits, &x, &w, &none);
+        mc_op_linear_fwd(be, &logits, &x, &w, &none);
         be->copy_d2h(be, host, logits.data, (size_t)(nc * V) * esz);
         for (int64_t i = 0; i < nc * V; i++) out[c0 * V + i] = (float)host_value(host, m->act_dtype, i);
     }

@@ -3,6 +3,7 @@
 #define MC_MODEL_INTERNAL_H
 
 #include "model/model.h"
+#include "tensor/ops.h"
 
 /* Fills m->params/nparams and the layer indices from m->cfg and the shard sizes, then the
  * offsets, buckets and numel for `layout` (NULL: one bucket, no padding multiple). */
@@ -25,9 +26,6 @@ typedef struct mc_head_plan {
 } mc_head_plan;
 
 int64_t mc_model_head_chunk(const mc_head_plan *hp);
-
-/* Statistics dtype for activations of dtype `act`: F64 with F64 activations, else F32. */
-static inline mc_dtype mc_model_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
 
 /* The bias gradients of the linears writing the residual stream (attention projection,
  * fc2) as column sums of the residual stream's gradient, summed by the norm backward that

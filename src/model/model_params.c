@@ -222,14 +222,14 @@ void mc_model_init_params(mc_model *m, uint64_t seed) {
     for (int i = 0; i < m->nparams; i++) {
         const mc_param *p = &m->params[i];
         mc_tensor v = mc_model_param(m, i);
-        if (p->init == MC_INIT_ONES) be->fill(be, &v, 1.0);
+        if (p->init == MC_INIT_ONES) mc_op_fill(be, &v, 1.0);
         if (p->init != MC_INIT_NORMAL) continue;
         /* Global (row, col) of every local element: row_index[r] * global_cols + col0 + c. */
         int64_t col0, unused;
         mc_model_local_to_global(m, p, 0, 0, &unused, &col0);
         for (int64_t r = 0; r < p->shape[0]; r++) mc_model_local_to_global(m, p, r, 0, &row_index[r], &unused);
         /* Vocabulary padding rows are random too, like Megatron's (they are real parameters). */
-        be->init_normal(be, &v, seed, mc_stream_of_name(p->name), p->init_std, row_index, p->global_shape[1], col0);
+        mc_op_init_normal(be, &v, seed, mc_stream_of_name(p->name), p->init_std, row_index, p->global_shape[1], col0);
     }
     free(row_index);
 }

@@ -3,6 +3,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "tensor/ops.h"
+
 /* Appends the intersection of [a, a+n) with [lo, hi) as a segment; returns 1 if any. */
 static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, int64_t hi, int64_t state_base) {
     int64_t s = a > lo ? a : lo, e = a + n < hi ? a + n : hi;
@@ -11,7 +13,7 @@ static int add_range(mc_adamw_segment *out, int64_t a, int64_t n, int64_t lo, in
     return 1;
 }
 
-int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
+int mc_optimizer_plan(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
     memset(o, 0, sizeof *o);
     o->model = m;
     o->be = m->be;
@@ -55,24 +57,33 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
         state_base += chunk;
     }
     o->state_numel = state_base;
+    /* Plain with F32 parameters, the master is the model's own buffer. */
+    o->owns_master = o->sharded || m->param_dtype != MC_F32;
+    MC_ASSERT(o->owns_master || o->state_numel == m->numel);
+    return MC_OK;
+}
 
+size_t mc_optimizer_state_bytes(const mc_optimizer *o) {
+    return (size_t)o->state_numel * sizeof(float) * (o->owns_master ? 3 : 2);
+}
+
+void mc_optimizer_alloc(mc_optimizer *o) {
+    mc_model *m = o->model;
     mc_backend *be = o->be;
     size_t bytes = (size_t)o->state_numel * sizeof(float);
-    if (!o->sharded && m->param_dtype == MC_F32) {
-        MC_ASSERT(o->state_numel == m->numel);
+    if (!o->owns_master) {
         o->master = m->param_buf;
     } else {
         /* The F32 master starts as the exact widening of the model's parameters (Megatron
          * copies its fp32 main params from the bf16 model params). */
         o->master = be->alloc(be, bytes);
-        o->owns_master = true;
         be->zero(be, o->master, bytes);
         size_t esz = mc_dtype_size(m->param_dtype);
         for (int s = 0; s < o->nsegments; s++) {
             const mc_adamw_segment *sg = &o->segments[s];
             mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
             mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * esz, m->param_dtype, sg->count);
-            be->convert(be, &dst, &src);
+            mc_op_convert(be, &dst, &src);
         }
     }
     o->sumsq_dev = be->alloc(be, 2 * sizeof(double));
@@ -81,6 +92,11 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
     o->exp_avg_sq = be->alloc(be, bytes);
     be->zero(be, o->exp_avg, bytes);
     be->zero(be, o->exp_avg_sq, bytes);
+}
+
+int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err) {
+    MC_TRY(mc_optimizer_plan(o, m, cfg, err));
+    mc_optimizer_alloc(o);
     return MC_OK;
 }
 
@@ -98,19 +114,19 @@ void mc_optimizer_free(mc_optimizer *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* Sums this rank's counted ranges into *out (backend memory) and reduces them over the
- * ranks that hold the other parts: data-parallel ranks (when sharded) and model-parallel
- * ranks. */
-static void global_sumsq(mc_optimizer *o, double *out, const float *buf, const mc_adamw_segment *segs) {
-    o->be->sumsq_segments(o->be, out, buf, segs, o->nnorm);
-    mc_tensor t = mc_tensor_1d(out, MC_F64, 1);
+/* Sums this rank's counted ranges of buf (numel elements) into *out (backend memory) and
+ * reduces them over the ranks that hold the other parts: data-parallel ranks (when
+ * sharded) and model-parallel ranks. */
+static void global_sumsq(mc_optimizer *o, double *out, float *buf, int64_t numel, const mc_adamw_segment *segs) {
+    mc_tensor t = mc_tensor_1d(out, MC_F64, 1), b = mc_tensor_1d(buf, MC_F32, numel);
+    mc_op_sumsq_segments(o->be, &t, &b, segs, o->nnorm);
     if (o->sharded) mc_comm_all_reduce(&o->model->comm->dp_cp, o->be, &t, MC_REDUCE_SUM);
     mc_comm_all_reduce(&o->model->comm->mp, o->be, &t, MC_REDUCE_SUM);
 }
 
 double mc_optimizer_params_norm(mc_optimizer *o) {
     double s = 0;
-    global_sumsq(o, o->sumsq_dev + 1, o->master, o->state_norm_segments);
+    global_sumsq(o, o->sumsq_dev + 1, o->master, o->state_numel, o->state_norm_segments);
     o->be->copy_d2h(o->be, &s, o->sumsq_dev + 1, sizeof s);
     return sqrt(s);
 }
@@ -120,7 +136,7 @@ int64_t mc_optimizer_count_zeros(mc_optimizer *o) {
     for (int i = 0; i < o->nnorm; i++) {
         mc_tensor v = mc_tensor_1d((float *)o->model->grad_buf + o->norm_segments[i].offset, MC_F32,
                                    o->norm_segments[i].count);
-        zeros += (double)o->be->count_zeros(o->be, &v);
+        zeros += (double)mc_op_count_zeros(o->be, &v);
     }
     if (o->sharded) mc_comm_all_reduce_host_f64(&o->model->comm->dp_cp, &zeros, 1, MC_REDUCE_SUM);
     mc_comm_all_reduce_host_f64(&o->model->comm->mp, &zeros, 1, MC_REDUCE_SUM);
@@ -131,7 +147,7 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale)
     mc_model *m = o->model;
     MC_ASSERT(o->pending_loss_scale == 0, "mc_optimizer_step: the previous step was not finished");
     MC_ASSERT(loss_scale > 0, "mc_optimizer_step: loss scale %g", loss_scale);
-    global_sumsq(o, o->sumsq_dev, m->grad_buf, o->norm_segments);
+    global_sumsq(o, o->sumsq_dev, m->grad_buf, m->numel, o->norm_segments);
     o->be->copy_d2h_async(o->be, o->sumsq_host, o->sumsq_dev, sizeof(double));
     for (int i = 0; i < o->nsegments; i++) o->segments[i].weight_decay = o->no_wd[i] ? 0.0f : (float)wd;
     o->step++; /* taken back by mc_optimizer_finish_step if the update skips */
@@ -151,8 +167,10 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale)
         .grad_sumsq = o->sumsq_dev,
         .loss_scale = loss_scale,
         .clip_grad = o->clip_grad,
+        .state_numel = o->state_numel,
+        .grad_numel = m->numel,
     };
-    o->be->adamw(o->be, &d);
+    mc_op_adamw(o->be, &d);
     mc_model_zero_grads(m);
     o->pending_loss_scale = loss_scale;
 }

@@ -41,7 +41,17 @@ typedef struct mc_optimizer {
     double pending_loss_scale; /* > 0 between mc_optimizer_step and mc_optimizer_finish_step */
 } mc_optimizer;
 
+/* mc_optimizer_plan then mc_optimizer_alloc. */
 int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err);
+/* The segments and the state's size, from the model's plan (mc_model_plan); nothing
+ * allocated. */
+int mc_optimizer_plan(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err *err);
+/* Backend bytes mc_optimizer_alloc takes: the moments, and the master unless it is the
+ * model's own buffer. */
+size_t mc_optimizer_state_bytes(const mc_optimizer *o);
+/* Allocates the state, the master as the exact widening of the model's parameters (so
+ * after they are initialized). */
+void mc_optimizer_alloc(mc_optimizer *o);
 void mc_optimizer_free(mc_optimizer *o);
 
 /* The global L2 norm of the parameters (--log-params-norm); waits for the device. */

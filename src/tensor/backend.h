@@ -16,7 +16,9 @@
  *   tables and masks are F32, or F64 when the activations are F64. Weight gradients are
  *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32.
  *   Token ids and positions are I32.
- * - Ops are asynchronous with respect to the host on devices; sync() waits. */
+ * - Ops are asynchronous with respect to the host on devices; sync() waits.
+ * - Callers go through the op layer (tensor/ops.h), which checks every operand against
+ *   these rules once, whichever backend runs; the entries below assume valid operands. */
 #ifndef MC_TENSOR_BACKEND_H
 #define MC_TENSOR_BACKEND_H
 
@@ -24,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/arena.h"
 #include "base/hostdev.h"
 #include "tensor/tensor.h"
 
@@ -32,6 +35,13 @@ extern "C" {
 #endif
 
 typedef enum { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device_kind;
+
+/* A set of dtypes: the OR of MC_DTYPE_BIT(dt). */
+#define MC_DTYPE_BIT(dt) (1u << (unsigned)(dt))
+
+/* The dtype of statistics, RoPE tables, masks and weight gradients for activations of
+ * dtype `act` (the conventions above): F64 with F64 activations, else F32. */
+static inline mc_dtype mc_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
 
 /* Causal self-attention over a packed QKV activation.
  * qkv: [S, B, groups, heads/groups + 2, head_dim] (Megatron's per-group layout: a group's
@@ -98,6 +108,9 @@ typedef struct mc_adamw_desc {
      * norm between the reduction and the update. */
     const double *grad_sumsq;
     double loss_scale, clip_grad;
+    /* Elements of param, exp_avg and exp_avg_sq, and of grad: the ranges the segments may
+     * address (the op layer checks them). */
+    int64_t state_numel, grad_numel;
 } mc_adamw_desc;
 
 /* The gradient factor of a clipped step: 1 / loss_scale (the fp16 loss scale, else 1) times
@@ -116,6 +129,38 @@ MC_HOSTDEV bool mc_adamw_clip_scale(double sumsq, double loss_scale, double clip
     return true;
 }
 
+/* The ops of this API, for a backend's limits (mc_backend.supports). */
+typedef enum {
+    MC_OP_CONVERT, MC_OP_FILL, MC_OP_INIT_NORMAL,
+    MC_OP_GEMM, MC_OP_LINEAR_FWD, MC_OP_LINEAR_BWD, MC_OP_LINEAR_RESIDUAL_FWD, MC_OP_LINEAR_GELU_FWD,
+    MC_OP_LINEAR_DGELU_BWD,
+    MC_OP_EMBEDDING_FWD, MC_OP_EMBEDDING_BWD,
+    MC_OP_LAYERNORM_FWD, MC_OP_LAYERNORM_BWD, MC_OP_RMSNORM_FWD, MC_OP_RMSNORM_BWD,
+    MC_OP_ROPE, MC_OP_GELU_FWD, MC_OP_GELU_BWD, MC_OP_SWIGLU_FWD, MC_OP_SWIGLU_BWD,
+    MC_OP_ATTENTION_FWD, MC_OP_ATTENTION_BWD,
+    MC_OP_DROPOUT_FWD, MC_OP_DROPOUT_BWD, MC_OP_DROPOUT_ADD_FWD, MC_OP_ADD_INPLACE, MC_OP_SCALE_INPLACE,
+    MC_OP_XENT_ROWSTATS, MC_OP_XENT_RESCALE, MC_OP_XENT_LOSS_GRAD, MC_OP_XENT_FUSED,
+    MC_OP_ADAMW, MC_OP_SUMSQ, MC_OP_SUMSQ_SEGMENTS, MC_OP_COUNT_ZEROS,
+} mc_op_kind;
+
+/* The sizes one op call runs at, as a backend's limits see them (fields an op has no use
+ * for are 0): GEMM-shaped ops (gemm and the linears) multiply op(A) [m, k] by op(B) [k, n];
+ * row-wise ops (embeddings, cross-entropy) run over `rows` rows of `cols`, embeddings over
+ * a table of table_rows; attention at its descriptor's sizes. */
+typedef struct mc_op_sizes {
+    mc_op_kind op;
+    int64_t m, n, k;
+    int64_t rows, cols, table_rows;
+    const mc_attn_desc *attn;
+} mc_op_sizes;
+
+/* A backend's reason for refusing sizes: the operand, the limit and what was given, which
+ * the op layer words as its other operand errors. */
+typedef struct mc_op_refusal {
+    const char *operand;
+    char expected[96], given[64];
+} mc_op_refusal;
+
 typedef struct mc_backend mc_backend;
 struct mc_backend {
     const char *name;
@@ -125,6 +170,15 @@ struct mc_backend {
      * depends on timings, such as the CUDA backend's GEMM algorithm autotuning, so two runs
      * compute alike bit for bit. */
     bool reproducible;
+
+    /* ---- what this backend supports, asked by the op layer before every op ----
+     * compute_dtypes: the activation dtypes its kernels compute on (statistics, weight
+     * gradients and the rest follow from them by the conventions above); storage_dtypes:
+     * those convert, fill, init_normal and adamw's param_copy take. Sets of MC_DTYPE_BIT. */
+    uint32_t compute_dtypes, storage_dtypes;
+    /* Sizes past the backend's reach (32-bit BLAS dimensions, a kernel's largest head_dim,
+     * grid limits): false, saying which in *why. NULL: no limits. */
+    bool (*supports)(mc_backend *, const mc_op_sizes *sizes, mc_op_refusal *why);
 
     /* ---- memory ---- */
     void *(*alloc)(mc_backend *, size_t bytes); /* aborts with a message when out of memory */
@@ -164,6 +218,9 @@ struct mc_backend {
                         const int64_t *row_index, int64_t row_stride, int64_t col_offset);
     /* Bytes allocated now, at most so far, and held from the system (the memory log line). */
     void (*memory_stats)(mc_backend *, size_t *allocated, size_t *max_allocated, size_t *reserved);
+    /* Bytes alloc could still hand out (the host's MemAvailable on the CPU, the device's free
+     * memory on CUDA), for refusing a plan that cannot fit before allocating any of it. */
+    size_t (*memory_available)(mc_backend *);
 
     /* ---- GEMM ----
      * C[m,n] = alpha * op(A) op(B) + beta * C, op(X) = X or X^T, row-major. */
@@ -307,6 +364,9 @@ struct mc_backend {
     /* Backend teardown. */
     void (*destroy)(mc_backend *);
 };
+
+/* The arena allocator (base/arena.h) over be's alloc and free. */
+mc_arena_allocator mc_backend_arena_allocator(mc_backend *be);
 
 /* The CPU reference backend (OpenMP + OpenBLAS). */
 mc_backend *mc_backend_cpu_create(void);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "tensor/ops.h"
 #include "train/trainer_internal.h"
 
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err) {
@@ -17,7 +18,7 @@ int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err) {
     float *local = mc_xmalloc(sizeof(float) * (size_t)m->numel);
     float *dev_f32 = be->alloc(be, sizeof(float) * (size_t)m->numel);
     mc_tensor src = mc_tensor_1d(m->param_buf, m->param_dtype, m->numel), dst = mc_tensor_1d(dev_f32, MC_F32, m->numel);
-    be->convert(be, &dst, &src);
+    mc_op_convert(be, &dst, &src);
     be->copy_d2h(be, local, dev_f32, sizeof(float) * (size_t)m->numel);
     be->free(be, dev_f32);
 

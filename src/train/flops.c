@@ -4,6 +4,7 @@
 
 #include "base/philox.h"
 #include "base/timer.h"
+#include "tensor/ops.h"
 
 double mc_flops_per_iteration(const mc_config *cfg, int padded_vocab, int64_t batch) {
     const mc_model_config *m = &cfg->model;
@@ -35,7 +36,7 @@ double mc_measure_gemm_tflops(mc_backend *be) {
     for (int rep = 0; rep < 10; rep++) {
         be->sync(be);
         double t0 = mc_time_now();
-        be->gemm(be, &tc, &ta, false, &tb, false, 1.0f, 0.0f);
+        mc_op_gemm(be, &tc, &ta, false, &tb, false, 1.0f, 0.0f);
         be->sync(be);
         double dt = mc_time_now() - t0;
         if (rep > 0 && dt < best) best = dt; /* the first run warms up threads and caches */

@@ -13,6 +13,7 @@
 #include "base/timer.h"
 #include "comm/comm.h"
 #include "train/flops.h"
+#include "train/model_options.h"
 #include "train/trainer_internal.h"
 
 static int pick_backend(mc_trainer *t, mc_err *err) {
@@ -206,6 +207,26 @@ static int check_output_file(const char *path, mc_err *err) {
     return ok ? MC_OK : MC_ERR;
 }
 
+/* The planned model, gradients, optimizer state and activations against what the backend
+ * can still allocate: a model too large for the memory is the user's error, one line,
+ * before any of it is allocated (an allocation failing later would abort). */
+static int check_memory(mc_trainer *t, mc_err *err) {
+    const mc_model_config *c = &t->cfg.model;
+    size_t params, grads, acts, state = mc_optimizer_state_bytes(&t->opt);
+    mc_model_bytes(&t->model, &params, &grads, &acts);
+    size_t need = params + grads + state + acts; /* mc_model_plan bounded each far below 2^62 */
+    size_t have = t->be->memory_available(t->be);
+    if (need <= have) return MC_OK;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    return mc_err_set(err,
+                      "a model of %d layers, hidden size %d, sequence length %d and micro-batch %d needs %.1f GiB "
+                      "(parameters %.1f, gradients %.1f, optimizer state %.1f, activations %.1f) but the %s backend "
+                      "has %.1f GiB available",
+                      c->num_layers, c->hidden_size, c->seq_length, t->cfg.train.micro_batch_size, (double)need / gib,
+                      (double)params / gib, (double)grads / gib, (double)state / gib, (double)acts / gib, t->be->name,
+                      (double)have / gib);
+}
+
 /* Everything after the process groups: validation, backend, data, model, optimizer. */
 static int setup(mc_trainer *t, mc_err *err) {
     mc_config *cfg = &t->cfg;
@@ -222,9 +243,13 @@ static int setup(mc_trainer *t, mc_err *err) {
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
     if (t->be->device == MC_DEVICE_CUDA && cfg->precision.fp16) pdt = adt = MC_F16;
     mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
-    MC_TRY(mc_model_create(&t->model, cfg, t->be, &t->comm, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout, err));
+    mc_model_options mo = mc_model_options_from_config(cfg, t->dp, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout);
+    MC_TRY(mc_model_plan(&t->model, &mo, t->be, &t->comm, err));
+    MC_TRY(mc_optimizer_plan(&t->opt, &t->model, cfg, err));
+    MC_TRY(check_memory(t, err));
+    mc_model_alloc(&t->model);
     mc_model_init_params(&t->model, cfg->train.seed);
-    MC_TRY(mc_optimizer_create(&t->opt, &t->model, cfg, err));
+    mc_optimizer_alloc(&t->opt);
     mc_ddp_init(&t->ddp, &t->model, cfg->parallel.use_distributed_optimizer, cfg->parallel.overlap_grad_reduce,
                 cfg->parallel.overlap_param_gather);
     mc_lr_schedule_init(&t->sched, cfg);
@@ -239,7 +264,8 @@ static int setup(mc_trainer *t, mc_err *err) {
     mc_arena measure;
     mc_arena_init_measure(&measure, "micro-batch (plan)");
     plan_batch_buffers(t, &measure);
-    mc_arena_init(&t->batch_arena, "micro-batch", t->be, measure.peak);
+    mc_arena_allocator backend_memory = mc_backend_arena_allocator(t->be);
+    mc_arena_init(&t->batch_arena, "micro-batch", &backend_memory, measure.peak);
     plan_batch_buffers(t, &t->batch_arena);
     slots_create(t);
 

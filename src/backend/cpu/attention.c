@@ -313,14 +313,9 @@ static size_t attn_align(size_t bytes) { return (bytes + 63) / 64 * 64; }
 #define MC_CPU_TEMPLATE "backend/cpu/attention.c"
 #include "backend/cpu/cpu_instantiate.h"
 
-/* Checks the descriptor, qkv and the optional seg_start; fills the geometry. */
-static const int32_t *attn_check(const char *op, const mc_attn_desc *d, const mc_tensor *qkv, attn_geom *gm) {
-    mc_cpu_check_real(op, "qkv", qkv);
-    MC_ASSERT(d->seq > 0 && d->batch > 0 && d->head_dim > 0, "cpu %s: seq %lld, batch %lld, head_dim %d must be positive",
-              op, (long long)d->seq, (long long)d->batch, d->head_dim);
-    MC_ASSERT(d->heads > 0 && d->groups > 0 && d->heads % d->groups == 0,
-              "cpu %s: heads %d must be a positive multiple of groups %d", op, d->heads, d->groups);
-    MC_ASSERT(d->dropout >= 0.0f && d->dropout < 1.0f, "cpu %s: dropout %g is outside [0, 1)", op, (double)d->dropout);
+/* The geometry of d, and its seg_start (NULL when absent) after checking its values, which
+ * the kernels index by (the op layer checked its shape and dtype). */
+static const int32_t *attn_geometry(const char *op, const mc_attn_desc *d, attn_geom *gm) {
     *gm = (attn_geom){.seq = d->seq,
                       .batch = d->batch,
                       .token_stride = (int64_t)(d->heads + 2 * d->groups) * d->head_dim,
@@ -331,10 +326,7 @@ static const int32_t *attn_check(const char *op, const mc_attn_desc *d, const mc
                       .dropout = d->dropout,
                       .seed = d->seed,
                       .stream = d->stream};
-    mc_cpu_check_numel(op, "qkv", qkv, d->seq * d->batch * gm->token_stride);
     if (!mc_tensor_present(&d->seg_start)) return NULL;
-    mc_cpu_check_dtype(op, "seg_start", &d->seg_start, MC_I32);
-    mc_cpu_check_numel(op, "seg_start", &d->seg_start, d->batch * d->seq);
     const int32_t *seg = d->seg_start.data;
     for (int64_t b = 0; b < d->batch; b++)
         for (int64_t i = 0; i < d->seq; i++)
@@ -346,38 +338,21 @@ static const int32_t *attn_check(const char *op, const mc_attn_desc *d, const mc
 
 void mc_cpu_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                           const mc_attn_desc *d) {
-    const char *op = "attention_fwd";
     attn_geom gm;
-    const int32_t *seg = attn_check(op, d, qkv, &gm);
-    mc_dtype dt = qkv->dtype;
-    mc_cpu_check_dtype(op, "out", out, dt);
-    mc_cpu_check_numel(op, "out", out, d->seq * d->batch * d->heads * d->head_dim);
-    mc_cpu_check_dtype(op, "lse", lse, dt);
-    mc_cpu_check_numel(op, "lse", lse, d->batch * d->heads * d->seq);
-    MC_CPU_DISPATCH(dt, attention_fwd, be, &gm, out->data, lse->data, qkv->data, seg);
+    const int32_t *seg = attn_geometry("attention_fwd", d, &gm);
+    MC_CPU_DISPATCH(qkv->dtype, attention_fwd, be, &gm, out->data, lse->data, qkv->data, seg);
 }
 
 void mc_cpu_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
-    const char *op = "attention_bwd";
     attn_geom gm;
-    const int32_t *seg = attn_check(op, d, qkv, &gm);
+    const int32_t *seg = attn_geometry("attention_bwd", d, &gm);
     mc_dtype dt = qkv->dtype;
-    int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
-    mc_cpu_check_dtype(op, "dqkv", dqkv, dt);
-    mc_cpu_check_numel(op, "dqkv", dqkv, mc_tensor_numel(qkv));
-    mc_cpu_check_dtype(op, "dout", dout, dt);
-    mc_cpu_check_numel(op, "dout", dout, nout);
-    mc_cpu_check_dtype(op, "out", out, dt);
-    mc_cpu_check_numel(op, "out", out, nout);
-    mc_cpu_check_dtype(op, "lse", lse, dt);
-    mc_cpu_check_numel(op, "lse", lse, d->batch * d->heads * d->seq);
     MC_CPU_DISPATCH(dt, attention_bwd, be, &gm, dqkv->data, dout->data, qkv->data, out->data, lse->data, seg);
     if (d->rope) mc_cpu_rope(be, dqkv, d->rope, true);
     if (mc_tensor_present(dbias)) {
-        int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
-        mc_tensor rows = mc_tensor_2d(dqkv->data, dt, d->seq * d->batch, width);
-        mc_cpu_colsum_add(dbias, &rows, op);
+        mc_tensor rows = mc_tensor_2d(dqkv->data, dt, d->seq * d->batch, gm.token_stride);
+        mc_cpu_colsum_add(dbias, &rows);
     }
 }
 

@@ -1,44 +1,13 @@
-/* cpu_backend.c: the CPU reference backend's vtable, memory entries, dtype conversion,
- * scratch workspace and the operand checks shared by the op files. */
+/* cpu_backend.c: the CPU reference backend's vtable, what it supports, its memory entries,
+ * dtype conversion and scratch workspace. */
 #include "backend/cpu/cpu_internal.h"
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #define MC_CPU_ALIGN 64
-
-/* ---- checks ---- */
-
-static const char *dtype_name_or_none(const mc_tensor *t) {
-    return (t && t->data) ? mc_dtype_name(t->dtype) : "absent";
-}
-
-void mc_cpu_check_real(const char *op, const char *name, const mc_tensor *t) {
-    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cpu %s: operand %s is absent", op, name);
-    if (t->dtype != MC_F32 && t->dtype != MC_F64)
-        mc_assert_fail("dtype F32 or F64", __FILE__, __LINE__, "cpu %s: operand %s has dtype %s; the CPU backend computes in F32 or F64",
-                       op, name, dtype_name_or_none(t));
-}
-
-void mc_cpu_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt) {
-    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cpu %s: operand %s is absent", op, name);
-    if (t->dtype != dt)
-        mc_assert_fail("dtype", __FILE__, __LINE__, "cpu %s: operand %s has dtype %s, expected %s", op, name,
-                       mc_dtype_name(t->dtype), mc_dtype_name(dt));
-}
-
-void mc_cpu_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols) {
-    if (mc_cpu_rows(t) != rows || mc_cpu_cols(t) != cols)
-        mc_assert_fail("shape", __FILE__, __LINE__, "cpu %s: operand %s is [%lld, %lld] (rows x last dim), expected [%lld, %lld]",
-                       op, name, (long long)mc_cpu_rows(t), (long long)mc_cpu_cols(t), (long long)rows, (long long)cols);
-}
-
-void mc_cpu_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
-    if (mc_tensor_numel(t) != n)
-        mc_assert_fail("numel", __FILE__, __LINE__, "cpu %s: operand %s has %lld elements, expected %lld", op, name,
-                       (long long)mc_tensor_numel(t), (long long)n);
-}
 
 /* ---- memory ---- */
 
@@ -100,9 +69,38 @@ void *mc_cpu_workspace(mc_backend *be, size_t bytes) {
 
 int mc_cpu_threads(void) { return omp_get_max_threads(); }
 
-/* ---- conversion ---- */
+/* MemAvailable of /proc/meminfo: what the kernel estimates can be allocated without
+ * swapping. SIZE_MAX (no limit known) where it cannot be read. */
+static size_t cpu_memory_available(mc_backend *be) {
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    if (!found) return SIZE_MAX;
+    return kib > SIZE_MAX / 1024 ? SIZE_MAX : (size_t)kib * 1024;
+}
 
-bool mc_cpu_convertible(mc_dtype dt) { return dt == MC_F32 || dt == MC_BF16 || dt == MC_F16 || dt == MC_F64; }
+/* ---- what it supports ---- */
+
+/* Sizes: only the BLAS calls' 32-bit dimensions limit this backend. */
+static bool cpu_supports(mc_backend *be, const mc_op_sizes *s, mc_op_refusal *why) {
+    (void)be;
+    switch (s->op) {
+    case MC_OP_GEMM:
+    case MC_OP_LINEAR_FWD:
+    case MC_OP_LINEAR_BWD:
+    case MC_OP_LINEAR_RESIDUAL_FWD:
+    case MC_OP_LINEAR_GELU_FWD:
+    case MC_OP_LINEAR_DGELU_BWD: return mc_cpu_gemm_supports(s, why);
+    default: return true;
+    }
+}
+
+/* ---- conversion ---- */
 
 static void load_f32(float *dst, const void *src, mc_dtype dt, int64_t i0, int64_t n) {
     switch (dt) {
@@ -138,11 +136,7 @@ void mc_cpu_store_f32(void *dst, mc_dtype dt, int64_t i0, const float *src, int6
  * F64 -> BF16/F16 conversion rounds twice, which no caller depends on). */
 static void cpu_convert(mc_backend *be, mc_tensor *dst, const mc_tensor *src) {
     (void)be;
-    MC_ASSERT(mc_tensor_present(dst) && mc_tensor_present(src), "cpu convert: absent operand");
-    MC_ASSERT(mc_cpu_convertible(dst->dtype) && mc_cpu_convertible(src->dtype), "cpu convert: %s -> %s is not supported",
-              mc_dtype_name(src->dtype), mc_dtype_name(dst->dtype));
     int64_t n = mc_tensor_numel(src);
-    mc_cpu_check_numel("convert", "dst", dst, n);
     if (dst->dtype == src->dtype) {
         cpu_copy(be, dst->data, src->data, mc_tensor_bytes(src));
         return;
@@ -184,6 +178,9 @@ mc_backend *mc_backend_cpu_create(void) {
     be->name = "cpu";
     be->device = MC_DEVICE_CPU;
     be->impl = mc_xcalloc(1, sizeof(mc_cpu_state));
+    be->compute_dtypes = MC_DTYPE_BIT(MC_F32) | MC_DTYPE_BIT(MC_F64);
+    be->storage_dtypes = MC_DTYPE_BIT(MC_F32) | MC_DTYPE_BIT(MC_BF16) | MC_DTYPE_BIT(MC_F16) | MC_DTYPE_BIT(MC_F64);
+    be->supports = cpu_supports;
 
     be->alloc = cpu_alloc;
     be->free = cpu_free;
@@ -202,6 +199,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->fill = mc_cpu_fill;
     be->init_normal = mc_cpu_init_normal;
     be->memory_stats = cpu_memory_stats;
+    be->memory_available = cpu_memory_available;
 
     be->gemm = mc_cpu_gemm;
     be->linear_fwd = mc_cpu_linear_fwd;

@@ -1,10 +1,12 @@
 /* cpu_internal.h: private to the CPU backend (src/backend/cpu/). The op entry points that
- * cpu_backend.c puts into the vtable, the operand checks every op runs first, the backend's
- * scratch workspace, and small numeric helpers shared by several op files.
+ * cpu_backend.c puts into the vtable, the backend's scratch workspace, and small numeric
+ * helpers shared by several op files. The entries take operands the op layer
+ * (tensor/ops.h) has checked: F32 or F64 activations (compute_dtypes), shapes as
+ * backend.h says.
  *
  * Layout of an op file (norm.c, attention.c, ...): the dtype-generic kernels sit under
  * `#ifdef REAL` and are compiled twice, for float and double, by cpu_instantiate.h; the
- * rest of the file (checks + dispatch on dtype) is compiled once. */
+ * rest of the file (dispatch on dtype) is compiled once. */
 #ifndef MC_BACKEND_CPU_INTERNAL_H
 #define MC_BACKEND_CPU_INTERNAL_H
 
@@ -38,24 +40,15 @@ void *mc_cpu_workspace(mc_backend *be, size_t bytes);
 void *mc_cpu_aligned_alloc(size_t bytes);
 /* Number of OpenMP threads a parallel region will use. */
 int mc_cpu_threads(void);
-/* Whether convert() handles dt (F32, BF16, F16, F64). */
-bool mc_cpu_convertible(mc_dtype dt);
-/* dst[i0 .. i0+n) = src[0 .. n) converted to dt (a convertible dtype), serially. */
+/* dst[i0 .. i0+n) = src[0 .. n) converted to dt (one of storage_dtypes), serially. */
 void mc_cpu_store_f32(void *dst, mc_dtype dt, int64_t i0, const float *src, int64_t n);
 
-/* ---- operand checks: each aborts with the op's name and the operand's name ---- */
+/* A tensor seen as [rows, last dim]. */
 static inline int64_t mc_cpu_cols(const mc_tensor *t) { return t->ndim > 0 ? t->shape[t->ndim - 1] : 1; }
 static inline int64_t mc_cpu_rows(const mc_tensor *t) {
     int64_t c = mc_cpu_cols(t);
     return c ? mc_tensor_numel(t) / c : 0;
 }
-/* present, and F32 or F64 */
-void mc_cpu_check_real(const char *op, const char *name, const mc_tensor *t);
-/* present, of dtype dt */
-void mc_cpu_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt);
-/* seen as [rows, cols] (cols = last dim): exactly these */
-void mc_cpu_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols);
-void mc_cpu_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n);
 
 /* ---- Philox, vectorized: u[k] = mc_philox_uniform(seed, stream, index0 + k), k < n ---- */
 void mc_cpu_philox_uniforms(uint64_t seed, uint64_t stream, uint64_t index0, int64_t n, float *u);
@@ -95,8 +88,10 @@ static inline float mc_cpu_expf(float x) {
 void mc_cpu_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
                  float alpha, float beta);
 void mc_cpu_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
-/* db[cols] += the column sums of dy[rows, cols] (same dtype; op names the caller in errors) */
-void mc_cpu_colsum_add(mc_tensor *db, const mc_tensor *dy, const char *op);
+/* db[cols] += the column sums of dy[rows, cols] (same dtype) */
+void mc_cpu_colsum_add(mc_tensor *db, const mc_tensor *dy);
+/* The sizes BLAS takes (the backend's supports() for the GEMM-shaped ops). */
+bool mc_cpu_gemm_supports(const mc_op_sizes *s, mc_op_refusal *why);
 void mc_cpu_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                        const mc_tensor *x, const mc_tensor *w, bool accumulate);
 void mc_cpu_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
@@ -157,7 +152,7 @@ void mc_cpu_sumsq_segments(mc_backend *, double *out, const float *buf, const mc
                            int nsegments);
 int64_t mc_cpu_count_zeros(mc_backend *, const mc_tensor *x);
 
-/* Calls name_f32(...) or name_f64(...) by dtype (already checked to be F32 or F64). */
+/* Calls name_f32(...) or name_f64(...) by dtype (F32 or F64, as the op layer admits). */
 #define MC_CPU_DISPATCH(dtype, name, ...)         \
     do {                                         \
         if ((dtype) == MC_F32) name##_f32(__VA_ARGS__); \

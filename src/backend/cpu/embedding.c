@@ -51,26 +51,15 @@ static void RNAME(embedding_bwd)(REAL *restrict dtable, const REAL *restrict dy,
 void mc_cpu_embedding_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *ids, const mc_tensor *table,
                           int64_t vocab_start, bool accumulate) {
     (void)be;
-    const char *op = "embedding_fwd";
-    mc_cpu_check_real(op, "table", table);
-    mc_cpu_check_dtype(op, "y", y, table->dtype);
-    mc_cpu_check_dtype(op, "ids", ids, MC_I32);
-    int64_t ntok = mc_tensor_numel(ids), rows = mc_cpu_rows(table), h = mc_cpu_cols(table);
-    mc_cpu_check_2d(op, "y", y, ntok, h);
-    MC_CPU_DISPATCH(table->dtype, embedding_fwd, y->data, ids->data, table->data, ntok, rows, h, vocab_start,
-                    accumulate);
+    MC_CPU_DISPATCH(table->dtype, embedding_fwd, y->data, ids->data, table->data, mc_tensor_numel(ids),
+                    mc_cpu_rows(table), mc_cpu_cols(table), vocab_start, accumulate);
 }
 
 void mc_cpu_embedding_bwd(mc_backend *be, mc_tensor *dtable, const mc_tensor *dy, const mc_tensor *ids,
                           int64_t vocab_start) {
     (void)be;
-    const char *op = "embedding_bwd";
-    mc_cpu_check_real(op, "dtable", dtable);
-    mc_cpu_check_dtype(op, "dy", dy, dtable->dtype);
-    mc_cpu_check_dtype(op, "ids", ids, MC_I32);
-    int64_t ntok = mc_tensor_numel(ids), rows = mc_cpu_rows(dtable), h = mc_cpu_cols(dtable);
-    mc_cpu_check_2d(op, "dy", dy, ntok, h);
-    MC_CPU_DISPATCH(dtable->dtype, embedding_bwd, dtable->data, dy->data, ids->data, ntok, rows, h, vocab_start);
+    MC_CPU_DISPATCH(dtable->dtype, embedding_bwd, dtable->data, dy->data, ids->data, mc_tensor_numel(ids),
+                    mc_cpu_rows(dtable), mc_cpu_cols(dtable), vocab_start);
 }
 
 #endif

@@ -121,97 +121,52 @@ enum { NORM_COL_BLOCK = 64 }; /* columns per task of the weight-gradient reducti
 #define MC_CPU_TEMPLATE "backend/cpu/norm.c"
 #include "backend/cpu/cpu_instantiate.h"
 
-/* x [n, h], w [h]: checks an optional [h] or [n] operand of x's dtype; returns its data or NULL. */
-static void *optional_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t len) {
-    if (!mc_tensor_present(t)) return NULL;
-    mc_cpu_check_dtype(op, name, t, dt);
-    mc_cpu_check_numel(op, name, t, len);
-    return t->data;
-}
-
-static void *required_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t len) {
-    mc_cpu_check_dtype(op, name, t, dt);
-    mc_cpu_check_numel(op, name, t, len);
-    return t->data;
-}
+/* An optional operand's data, or NULL. */
+static void *data_or_null(const mc_tensor *t) { return mc_tensor_present(t) ? t->data : NULL; }
 
 void mc_cpu_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                           const mc_tensor *w, const mc_tensor *b, float eps) {
     (void)be;
-    const char *op = "layernorm_fwd";
-    mc_cpu_check_real(op, "x", x);
-    mc_dtype dt = x->dtype;
-    int64_t n = mc_cpu_rows(x), h = mc_cpu_cols(x);
-    mc_cpu_check_dtype(op, "y", y, dt);
-    mc_cpu_check_2d(op, "y", y, n, h);
-    void *wd = required_vec(op, "w", w, dt, h), *bd = optional_vec(op, "b", b, dt, h);
-    void *md = optional_vec(op, "mean", mean, dt, n), *rd = optional_vec(op, "rstd", rstd, dt, n);
-    MC_CPU_DISPATCH(dt, layernorm_fwd, y->data, md, rd, x->data, wd, bd, n, h, eps);
-}
-
-/* y (optional): the forward output, rewritten; checked like dx. */
-static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dtype dt, int64_t n, int64_t h) {
-    if (!mc_tensor_present(t)) return NULL;
-    mc_cpu_check_dtype(op, name, t, dt);
-    mc_cpu_check_2d(op, name, t, n, h);
-    return t->data;
+    MC_CPU_DISPATCH(x->dtype, layernorm_fwd, y->data, data_or_null(mean), data_or_null(rstd), x->data, w->data,
+                    data_or_null(b), mc_cpu_rows(x), mc_cpu_cols(x), eps);
 }
 
 /* dxsum += the column sums of dx, as stored (the op's last step) */
-static void dx_colsum(const char *op, mc_tensor *dxsum, const mc_tensor *dx) {
-    if (!mc_tensor_present(dxsum)) return;
-    MC_ASSERT(mc_tensor_present(dx), "cpu %s: dxsum needs dx", op);
-    mc_cpu_colsum_add(dxsum, dx, op);
+static void dx_colsum(mc_tensor *dxsum, const mc_tensor *dx) {
+    if (mc_tensor_present(dxsum)) mc_cpu_colsum_add(dxsum, dx);
 }
 
 void mc_cpu_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum, mc_tensor *y,
                           const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
                           const mc_tensor *mean, const mc_tensor *rstd) {
     (void)be;
-    const char *op = "layernorm_bwd";
-    mc_cpu_check_real(op, "x", x);
     mc_dtype dt = x->dtype;
     int64_t n = mc_cpu_rows(x), h = mc_cpu_cols(x);
-    mc_cpu_check_dtype(op, "dy", dy, dt);
-    mc_cpu_check_2d(op, "dy", dy, n, h);
-    void *wd = required_vec(op, "w", w, dt, h);
-    void *md = required_vec(op, "mean", mean, dt, n), *rd = required_vec(op, "rstd", rstd, dt, n);
-    void *dwd = optional_vec(op, "dw", dw, dt, h), *dbd = optional_vec(op, "db", db, dt, h);
-    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
-    void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
-    if (dwd || dbd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, dbd, dy->data, x->data, md, rd, n, h);
-    if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, bd, md, rd, n, h);
-    dx_colsum(op, dxsum, dx);
+    void *dwd = data_or_null(dw), *dbd = data_or_null(db), *dxd = data_or_null(dx), *yd = data_or_null(y);
+    void *bd = yd ? data_or_null(b) : NULL;
+    if (dwd || dbd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, dbd, dy->data, x->data, mean->data, rstd->data, n, h);
+    if (dxd || yd)
+        MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, w->data, bd, mean->data, rstd->data, n, h);
+    dx_colsum(dxsum, dx);
 }
 
 void mc_cpu_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                         float eps) {
     (void)be;
-    const char *op = "rmsnorm_fwd";
-    mc_cpu_check_real(op, "x", x);
-    mc_dtype dt = x->dtype;
-    int64_t n = mc_cpu_rows(x), h = mc_cpu_cols(x);
-    mc_cpu_check_dtype(op, "y", y, dt);
-    mc_cpu_check_2d(op, "y", y, n, h);
-    void *wd = required_vec(op, "w", w, dt, h), *rd = optional_vec(op, "rstd", rstd, dt, n);
-    MC_CPU_DISPATCH(dt, rmsnorm_fwd, y->data, rd, x->data, wd, n, h, eps);
+    MC_CPU_DISPATCH(x->dtype, rmsnorm_fwd, y->data, data_or_null(rstd), x->data, w->data, mc_cpu_rows(x),
+                    mc_cpu_cols(x), eps);
 }
 
 void mc_cpu_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
                         const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     (void)be;
-    const char *op = "rmsnorm_bwd";
-    mc_cpu_check_real(op, "x", x);
     mc_dtype dt = x->dtype;
     int64_t n = mc_cpu_rows(x), h = mc_cpu_cols(x);
-    mc_cpu_check_dtype(op, "dy", dy, dt);
-    mc_cpu_check_2d(op, "dy", dy, n, h);
-    void *wd = required_vec(op, "w", w, dt, h), *rd = required_vec(op, "rstd", rstd, dt, n);
-    void *dwd = optional_vec(op, "dw", dw, dt, h);
-    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
-    if (dwd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, NULL, dy->data, x->data, NULL, rd, n, h);
-    if (dxd || yd) MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, wd, NULL, NULL, rd, n, h);
-    dx_colsum(op, dxsum, dx);
+    void *dwd = data_or_null(dw), *dxd = data_or_null(dx), *yd = data_or_null(y);
+    if (dwd) MC_CPU_DISPATCH(dt, norm_param_grads, dwd, NULL, dy->data, x->data, NULL, rstd->data, n, h);
+    if (dxd || yd)
+        MC_CPU_DISPATCH(dt, norm_input_grad, dxd, yd, dy->data, x->data, w->data, NULL, NULL, rstd->data, n, h);
+    dx_colsum(dxsum, dx);
 }
 
 #endif

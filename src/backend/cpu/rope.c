@@ -41,27 +41,9 @@ static void RNAME(rope)(REAL *qkv, const REAL *restrict cos_tab, const REAL *res
 
 void mc_cpu_rope(mc_backend *be, mc_tensor *qkv, const mc_rope_desc *d, bool inverse) {
     (void)be;
-    const char *op = "rope";
-    mc_cpu_check_real(op, "qkv", qkv);
-    mc_dtype dt = qkv->dtype;
-    MC_ASSERT(d->heads > 0 && d->groups > 0 && d->heads % d->groups == 0,
-              "cpu rope: heads %d must be a positive multiple of groups %d", d->heads, d->groups);
-    MC_ASSERT(d->rot_dim > 0 && d->rot_dim % 2 == 0 && d->rot_dim <= d->head_dim,
-              "cpu rope: rot_dim %d must be even and in (0, head_dim %d]", d->rot_dim, d->head_dim);
-    mc_cpu_check_numel(op, "qkv", qkv, d->seq * d->batch * (int64_t)(d->heads + 2 * d->groups) * d->head_dim);
-    mc_cpu_check_dtype(op, "cos", &d->cos, dt);
-    mc_cpu_check_dtype(op, "sin", &d->sin, dt);
-    int64_t max_pos = mc_cpu_rows(&d->cos);
-    mc_cpu_check_2d(op, "cos", &d->cos, max_pos, d->rot_dim / 2);
-    mc_cpu_check_2d(op, "sin", &d->sin, max_pos, d->rot_dim / 2);
-    const int32_t *pos = NULL;
-    if (mc_tensor_present(&d->pos)) {
-        mc_cpu_check_dtype(op, "pos", &d->pos, MC_I32);
-        mc_cpu_check_numel(op, "pos", &d->pos, d->seq * d->batch);
-        pos = d->pos.data;
-    }
-    MC_CPU_DISPATCH(dt, rope, qkv->data, d->cos.data, d->sin.data, pos, max_pos, d->seq, d->batch, d->heads,
-                    d->groups, d->head_dim, d->rot_dim, inverse);
+    const int32_t *pos = mc_tensor_present(&d->pos) ? d->pos.data : NULL;
+    MC_CPU_DISPATCH(qkv->dtype, rope, qkv->data, d->cos.data, d->sin.data, pos, mc_cpu_rows(&d->cos), d->seq, d->batch,
+                    d->heads, d->groups, d->head_dim, d->rot_dim, inverse);
 }
 
 #endif

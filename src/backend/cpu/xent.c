@@ -74,68 +74,29 @@ static void RNAME(xent_loss_grad)(REAL *restrict loss, REAL *dlogits, const REAL
 void mc_cpu_xent_rowstats(mc_backend *be, mc_tensor *rowmax, mc_tensor *stats, const mc_tensor *logits,
                           const mc_tensor *targets, int64_t vocab_start) {
     (void)be;
-    const char *op = "xent_rowstats";
-    mc_cpu_check_real(op, "logits", logits);
-    mc_dtype dt = logits->dtype;
-    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
-    mc_cpu_check_dtype(op, "rowmax", rowmax, dt);
-    mc_cpu_check_numel(op, "rowmax", rowmax, n);
-    mc_cpu_check_dtype(op, "stats", stats, dt);
-    mc_cpu_check_numel(op, "stats", stats, 2 * n);
-    mc_cpu_check_dtype(op, "targets", targets, MC_I32);
-    mc_cpu_check_numel(op, "targets", targets, n);
-    MC_CPU_DISPATCH(dt, xent_rowstats, rowmax->data, stats->data, logits->data, targets->data, n, v, vocab_start);
+    MC_CPU_DISPATCH(logits->dtype, xent_rowstats, rowmax->data, stats->data, logits->data, targets->data,
+                    mc_cpu_rows(logits), mc_cpu_cols(logits), vocab_start);
 }
 
 void mc_cpu_xent_rescale(mc_backend *be, mc_tensor *stats, const mc_tensor *local_max, const mc_tensor *global_max) {
     (void)be;
-    const char *op = "xent_rescale";
-    mc_cpu_check_real(op, "stats", stats);
-    mc_dtype dt = stats->dtype;
-    int64_t n = mc_tensor_numel(local_max);
-    mc_cpu_check_numel(op, "stats", stats, 2 * n);
-    mc_cpu_check_dtype(op, "local_max", local_max, dt);
-    mc_cpu_check_dtype(op, "global_max", global_max, dt);
-    mc_cpu_check_numel(op, "global_max", global_max, n);
-    MC_CPU_DISPATCH(dt, xent_rescale, stats->data, local_max->data, global_max->data, n);
+    MC_CPU_DISPATCH(stats->dtype, xent_rescale, stats->data, local_max->data, global_max->data,
+                    mc_tensor_numel(local_max));
 }
 
 void mc_cpu_xent_loss_grad(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                            const mc_tensor *rowmax, const mc_tensor *stats, const mc_tensor *targets,
                            const mc_tensor *mask, int64_t vocab_start, float grad_scale) {
     (void)be;
-    const char *op = "xent_loss_grad";
-    mc_cpu_check_real(op, "logits", logits);
-    mc_dtype dt = logits->dtype;
-    int64_t n = mc_cpu_rows(logits), v = mc_cpu_cols(logits);
-    mc_cpu_check_dtype(op, "loss", loss, dt);
-    mc_cpu_check_numel(op, "loss", loss, n);
-    mc_cpu_check_dtype(op, "rowmax", rowmax, dt);
-    mc_cpu_check_numel(op, "rowmax", rowmax, n);
-    mc_cpu_check_dtype(op, "stats", stats, dt);
-    mc_cpu_check_numel(op, "stats", stats, 2 * n);
-    mc_cpu_check_dtype(op, "targets", targets, MC_I32);
-    mc_cpu_check_numel(op, "targets", targets, n);
-    void *dl = NULL, *mk = NULL;
-    if (mc_tensor_present(dlogits)) {
-        mc_cpu_check_dtype(op, "dlogits", dlogits, dt);
-        mc_cpu_check_2d(op, "dlogits", dlogits, n, v);
-        dl = dlogits->data;
-    }
-    if (mc_tensor_present(mask)) {
-        mc_cpu_check_dtype(op, "mask", mask, dt);
-        mc_cpu_check_numel(op, "mask", mask, n);
-        mk = mask->data;
-    }
-    MC_CPU_DISPATCH(dt, xent_loss_grad, loss->data, dl, logits->data, rowmax->data, stats->data, targets->data, mk,
-                    n, v, vocab_start, grad_scale);
+    void *dl = mc_tensor_present(dlogits) ? dlogits->data : NULL, *mk = mc_tensor_present(mask) ? mask->data : NULL;
+    MC_CPU_DISPATCH(logits->dtype, xent_loss_grad, loss->data, dl, logits->data, rowmax->data, stats->data,
+                    targets->data, mk, mc_cpu_rows(logits), mc_cpu_cols(logits), vocab_start, grad_scale);
 }
 
 /* The reference reads each row twice either way: rowstats then loss_grad, the statistics in
  * the backend's scratch, so the results are those two ops' bit for bit. */
 void mc_cpu_xent_fused(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                        const mc_tensor *targets, const mc_tensor *mask, float grad_scale) {
-    mc_cpu_check_real("xent_fused", "logits", logits);
     mc_dtype dt = logits->dtype;
     int64_t n = mc_cpu_rows(logits);
     if (n == 0) return;

@@ -80,22 +80,14 @@ static void launch_gelu_bwd(mc_cuda_state *st, T *dx, const T *dy, const T *x, i
 
 void mc_cuda_gelu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, bool tanh) {
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_check_float("gelu_fwd", "x", x);
-    mc_cuda_check_dtype("gelu_fwd", "y", y, x->dtype);
     int64_t n = mc_tensor_numel(x);
-    mc_cuda_check_numel("gelu_fwd", "y", y, n);
     if (n == 0) return;
     MC_CUDA_DISPATCH_FLOAT(x->dtype, "gelu_fwd", T, launch_gelu_fwd<T>(st, (T *)y->data, (const T *)x->data, n, tanh));
 }
 
 void mc_cuda_gelu_bwd(mc_backend *be, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh) {
     mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_check_float("gelu_bwd", "x", x);
-    mc_cuda_check_dtype("gelu_bwd", "dy", dy, x->dtype);
-    mc_cuda_check_dtype("gelu_bwd", "dx", dx, x->dtype);
     int64_t n = mc_tensor_numel(x);
-    mc_cuda_check_numel("gelu_bwd", "dy", dy, n);
-    mc_cuda_check_numel("gelu_bwd", "dx", dx, n);
     if (n == 0) return;
     MC_CUDA_DISPATCH_FLOAT(x->dtype, "gelu_bwd", T,
                            launch_gelu_bwd<T>(st, (T *)dx->data, (const T *)dy->data, (const T *)x->data, n, tanh));
@@ -184,11 +176,7 @@ static void launch_swiglu_bwd(mc_cuda_state *st, T *dx, T *y, const T *dy, const
 void mc_cuda_swiglu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "swiglu_fwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_cuda_check_dtype(op, "y", y, x->dtype);
-    MC_ASSERT(mc_cuda_cols(x) % 2 == 0, "cuda swiglu_fwd: x's last dim %lld is not even", (long long)mc_cuda_cols(x));
     int64_t rows = mc_cuda_rows(x), f = mc_cuda_cols(x) / 2;
-    mc_cuda_check_2d(op, "y", y, rows, f);
     if (rows == 0 || f == 0) return;
     MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T, launch_swiglu_fwd<T>(st, (T *)y->data, (const T *)x->data, rows, f));
 }
@@ -198,19 +186,8 @@ void mc_cuda_swiglu_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x) {
 void mc_cuda_swiglu_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "swiglu_bwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_cuda_check_dtype(op, "dy", dy, x->dtype);
-    mc_cuda_check_dtype(op, "dx", dx, x->dtype);
-    MC_ASSERT(mc_cuda_cols(x) % 2 == 0, "cuda swiglu_bwd: x's last dim %lld is not even", (long long)mc_cuda_cols(x));
     int64_t rows = mc_cuda_rows(x), f = mc_cuda_cols(x) / 2;
-    mc_cuda_check_2d(op, "dy", dy, rows, f);
-    mc_cuda_check_2d(op, "dx", dx, rows, 2 * f);
-    void *yd = NULL;
-    if (mc_tensor_present(y)) {
-        mc_cuda_check_dtype(op, "y", y, x->dtype);
-        mc_cuda_check_2d(op, "y", y, rows, f);
-        yd = y->data;
-    }
+    void *yd = mc_tensor_present(y) ? y->data : NULL;
     if (rows == 0 || f == 0) return;
     MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
                            launch_swiglu_bwd<T>(st, (T *)dx->data, (T *)yd, (const T *)dy->data, (const T *)x->data,

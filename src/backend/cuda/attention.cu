@@ -1,6 +1,6 @@
-/* attention.cu: the CUDA attention entries (cuda_attention.h): operand checks, the choice
+/* attention.cu: the flash-attention kernels' launch interface (cuda_flash.h): the choice
  * of kernel, the backward workspace, and the one small kernel both paths share,
- * D = rowsum(dO * O).
+ * D = rowsum(dO * O). The op entries over it are attention_op.cu's.
  *
  * Kernel choice:
  *   - BF16, head_dim 64, no dropout, no seg_start, 16-byte aligned operands, on a compute
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "backend/cuda/attention_internal.h"
-#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_flash.h"
 
 /* ---------------------------------------------------------------- D = rowsum(dO * O) */
 
@@ -117,30 +117,10 @@ void attn_launch_rowdot_f16(cudaStream_t st, const attn_geom &g, float *D, const
     attn_launch_rowdot<__half>(st, g, D, dout, out);
 }
 
-/* ---------------------------------------------------------------- checks and dispatch */
+/* ---------------------------------------------------------------- dispatch */
 
-static void attn_check_tensor(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t numel) {
-    MC_ASSERT(t && t->data, "cuda %s: %s is missing", op, name);
-    MC_ASSERT(t->dtype == dt, "cuda %s: %s is %s, expected %s", op, name, mc_dtype_name(t->dtype), mc_dtype_name(dt));
-    MC_ASSERT(mc_tensor_numel(t) == numel, "cuda %s: %s has %lld elements, expected %lld", op, name,
-              (long long)mc_tensor_numel(t), (long long)numel);
-}
-
-/* Checks the descriptor and qkv; returns the geometry. */
-static attn_geom attn_geometry(const char *op, const mc_attn_desc *d, const mc_tensor *qkv) {
-    MC_ASSERT(d, "cuda %s: no descriptor", op);
-    MC_ASSERT(d->seq > 0 && d->batch > 0 && d->head_dim > 0, "cuda %s: seq %lld, batch %lld, head_dim %d must be positive",
-              op, (long long)d->seq, (long long)d->batch, d->head_dim);
-    MC_ASSERT(d->seq <= INT_MAX / 2 && d->batch <= INT_MAX / 2, "cuda %s: seq %lld or batch %lld is too large", op,
-              (long long)d->seq, (long long)d->batch);
-    MC_ASSERT(d->heads > 0 && d->groups > 0 && d->heads % d->groups == 0,
-              "cuda %s: heads %d must be a positive multiple of groups %d", op, d->heads, d->groups);
-    MC_ASSERT(d->dropout >= 0.0f && d->dropout < 1.0f, "cuda %s: dropout %g is outside [0, 1)", op, (double)d->dropout);
-    MC_ASSERT(d->head_dim <= ATTN_SIMPLE_MAX_D, "cuda %s: head_dim %d is above the supported %d", op, d->head_dim,
-              ATTN_SIMPLE_MAX_D);
-    MC_ASSERT(qkv && qkv->data, "cuda %s: qkv is missing", op);
-    MC_ASSERT(qkv->dtype == MC_F32 || qkv->dtype == MC_BF16 || qkv->dtype == MC_F16,
-              "cuda %s: qkv is %s; F32, BF16 and F16 are supported", op, mc_dtype_name(qkv->dtype));
+/* The geometry of d. */
+static attn_geom attn_geometry(const mc_attn_desc *d) {
     attn_geom g;
     memset(&g, 0, sizeof g);
     g.S = (int)d->seq;
@@ -157,11 +137,7 @@ static attn_geom attn_geometry(const char *op, const mc_attn_desc *d, const mc_t
     g.keep_scale = 1.0f / (1.0f - d->dropout);
     g.seed = d->seed;
     g.stream = d->stream;
-    attn_check_tensor(op, "qkv", qkv, qkv->dtype, d->seq * d->batch * g.ts);
-    if (mc_tensor_present(&d->seg_start)) {
-        attn_check_tensor(op, "seg_start", &d->seg_start, MC_I32, d->seq * d->batch);
-        g.seg = (const int32_t *)d->seg_start.data;
-    }
+    if (mc_tensor_present(&d->seg_start)) g.seg = (const int32_t *)d->seg_start.data;
     return g;
 }
 
@@ -208,13 +184,10 @@ static bool attn_use_wgmma(const attn_geom &g) { /* (the environment read at eve
     return !attn_env_off("MC_ATTN_WGMMA") && g.d == 64 && g.dropout == 0.0f && !g.seg && attn_device_is_sm90();
 }
 
-extern "C" void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
-                                      const mc_attn_desc *d) {
-    const char *op = "attention_fwd";
-    const attn_geom g = attn_geometry(op, d, qkv);
+extern "C" void mc_cuda_flash_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                                  const mc_attn_desc *d) {
+    const attn_geom g = attn_geometry(d);
     const mc_dtype dt = qkv->dtype;
-    attn_check_tensor(op, "out", out, dt, d->seq * d->batch * d->heads * d->head_dim);
-    attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
     if (dt == MC_F32) {
         attn_simple_fwd_f32(stream, g, (float *)out->data, (float *)lse->data, (const float *)qkv->data);
     } else if (dt == MC_F16) {
@@ -250,10 +223,9 @@ static size_t attn_parts_bytes(const mc_attn_desc *d, mc_dtype dt) {
     return attn_round256((size_t)(rows * ts) * sizeof(float));
 }
 
-extern "C" void mc_cuda_attention_bwd_timeline(unsigned long long *device_buf) { attn_wg_bwd_timeline(device_buf); }
+extern "C" void mc_cuda_flash_bwd_timeline(unsigned long long *device_buf) { attn_wg_bwd_timeline(device_buf); }
 
-extern "C" size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums) {
-    MC_ASSERT(d && d->seq > 0 && d->batch > 0 && d->heads > 0, "cuda attention_bwd_workspace: bad descriptor");
+extern "C" size_t mc_cuda_flash_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums) {
     return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0) +
            (colsums ? attn_parts_bytes(d, dtype) : 0);
 }
@@ -269,23 +241,16 @@ static bool attn_rope_in_dq_store(const mc_attn_desc *d) {
            ((uintptr_t)r->cos.data & 15) == 0 && ((uintptr_t)r->sin.data & 15) == 0;
 }
 
-extern "C" int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes,
-                                         mc_tensor *dqkv, const mc_tensor *dout, const mc_tensor *qkv,
-                                         const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d,
-                                         bool colsums, const float **parts, bool *q_rotated) {
-    const char *op = "attention_bwd";
+extern "C" int64_t mc_cuda_flash_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
+                                     const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
+                                     const mc_tensor *lse, const mc_attn_desc *d, bool colsums, const float **parts,
+                                     bool *q_rotated) {
     if (q_rotated) *q_rotated = false;
-    const attn_geom g = attn_geometry(op, d, qkv);
+    const attn_geom g = attn_geometry(d);
     const mc_dtype dt = qkv->dtype;
-    const int64_t nout = d->seq * d->batch * d->heads * d->head_dim;
-    attn_check_tensor(op, "dqkv", dqkv, dt, mc_tensor_numel(qkv));
-    attn_check_tensor(op, "dout", dout, dt, nout);
-    attn_check_tensor(op, "out", out, dt, nout);
-    attn_check_tensor(op, "lse", lse, MC_F32, d->batch * d->heads * d->seq);
-    const size_t need = mc_cuda_attention_bwd_workspace(d, dt, colsums);
-    MC_ASSERT(workspace && workspace_bytes >= need, "cuda %s: workspace of %zu bytes, %zu needed", op,
+    const size_t need = mc_cuda_flash_bwd_workspace(d, dt, colsums);
+    MC_ASSERT(workspace && workspace_bytes >= need, "cuda attention_bwd: workspace of %zu bytes, %zu needed",
               workspace_bytes, need);
-    MC_ASSERT(dqkv->data != qkv->data, "cuda %s: dqkv must not alias qkv", op);
     float *D = (float *)workspace;
     if (dt == MC_F32) {
         attn_launch_rowdot_f32(stream, g, D, (const float *)dout->data, (const float *)out->data);

@@ -135,7 +135,7 @@
  * buffers), 204 registers with dq_acc (208 with SUM too) and 186 without, no spills, no
  * wgmma serialization.
  *
- * Where a block's time goes (mc_cuda_attention_bwd_timeline; H200, GPT-2 shape, 9 items a
+ * Where a block's time goes (mc_cuda_flash_bwd_timeline; H200, GPT-2 shape, 9 items a
  * block on average, clocks read at 1980 MHz): 2.24 us an item in the loop (no fixed part in
  * it), a 2.2 us prologue (K, V and the first item landing), a 1.5 us epilogue (0.75 the last
  * item's drain, 0.45 dK and dV out) and 0.4 us between an SM's blocks: ~20% of the GPT-2
@@ -145,7 +145,7 @@
 #include <limits.h>
 
 #include "backend/cuda/attention_internal.h"
-#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_flash.h"
 #include "backend/cuda/wgmma.h"
 
 struct wbp_cfg {
@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     if constexpr (DQ) {
         if (tid == 0) wg_bulk_wait_read<0>();
     }
-    if (TL && tid == 0) { /* the timeline (mc_cuda_attention_bwd_timeline): SM, items, six clocks */
+    if (TL && tid == 0) { /* the timeline (mc_cuda_flash_bwd_timeline): SM, items, six clocks */
         unsigned smid;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
         unsigned long long *r = tl + (size_t)blockIdx.x * MC_ATTN_TIMELINE_WORDS;

@@ -1,7 +1,7 @@
-/* cuda_backend.cu: the CUDA backend's creation and teardown, its vtable, device memory
- * with byte counters, the one compute stream, the scratch workspace, the segment-table
- * upload, the device-error word, the operand checks, and the attention wiring (the
- * attention kernels themselves live in attention*.cu behind cuda_attention.h).
+/* cuda_backend.cu: the CUDA backend's creation and teardown, its vtable and what it
+ * supports, device memory with byte counters, the one compute stream, the scratch
+ * workspace, the segment-table upload and the device-error word. The ops live in one file
+ * per family (gemm.cu, norm.cu, attention_op.cu, ...).
  *
  * Streams: one non-blocking stream per backend; every op is asynchronous on it, in order.
  * copy_h2d returns once the host buffer may be reused (async copy + stream sync), copy_d2h
@@ -14,46 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_attention.h"
-
 enum { MC_CUDA_LT_WORKSPACE = 64 << 20 }; /* cuBLASLt workspace, bytes */
-
-/* ---- checks ---- */
-
-static const char *dtype_or_absent(const mc_tensor *t) { return (t && t->data) ? mc_dtype_name(t->dtype) : "absent"; }
-
-void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t) {
-    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cuda %s: operand %s is absent", op, name);
-    if (t->dtype != MC_F32 && t->dtype != MC_BF16 && t->dtype != MC_F16)
-        mc_assert_fail("dtype F32, BF16 or F16", __FILE__, __LINE__,
-                       "cuda %s: operand %s has dtype %s; the CUDA backend computes on F32, BF16 or F16 activations",
-                       op, name, dtype_or_absent(t));
-}
-
-void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt) {
-    if (!mc_tensor_present(t)) mc_assert_fail("present", __FILE__, __LINE__, "cuda %s: operand %s is absent", op, name);
-    if (t->dtype != dt)
-        mc_assert_fail("dtype", __FILE__, __LINE__, "cuda %s: operand %s has dtype %s, expected %s", op, name,
-                       mc_dtype_name(t->dtype), mc_dtype_name(dt));
-}
-
-void mc_cuda_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols) {
-    if (mc_cuda_rows(t) != rows || mc_cuda_cols(t) != cols)
-        mc_assert_fail("shape", __FILE__, __LINE__,
-                       "cuda %s: operand %s is [%lld, %lld] (rows x last dim), expected [%lld, %lld]", op, name,
-                       (long long)mc_cuda_rows(t), (long long)mc_cuda_cols(t), (long long)rows, (long long)cols);
-}
-
-void mc_cuda_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
-    if (mc_tensor_numel(t) != n)
-        mc_assert_fail("numel", __FILE__, __LINE__, "cuda %s: operand %s has %lld elements, expected %lld", op, name,
-                       (long long)mc_tensor_numel(t), (long long)n);
-}
-
-void mc_cuda_check_f32_numel(const char *op, const char *name, const mc_tensor *t, int64_t n) {
-    mc_cuda_check_dtype(op, name, t, MC_F32);
-    mc_cuda_check_numel(op, name, t, n);
-}
 
 /* ---- errors after launches and synchronizations ---- */
 
@@ -274,42 +235,31 @@ static void cuda_zero(mc_backend *be, void *dst, size_t bytes) {
 
 static void cuda_sync(mc_backend *be) { mc_cuda_sync_checked(mc_cuda_st(be), "sync"); }
 
+/* What cudaMalloc can still get on this device. */
+static size_t cuda_memory_available(mc_backend *be) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    size_t free_b = 0, total_b = 0;
+    MC_CUDA_CHECK(cudaSetDevice(st->device), "memory_available");
+    MC_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "memory_available");
+    return free_b;
+}
+
+/* The sizes the kernels take, by op family. */
+static bool cuda_supports(mc_backend *be, const mc_op_sizes *s, mc_op_refusal *why) {
+    (void)be;
+    switch (s->op) {
+    case MC_OP_ATTENTION_FWD:
+    case MC_OP_ATTENTION_BWD: return mc_cuda_attention_supports(s, why);
+    case MC_OP_EMBEDDING_BWD: return mc_cuda_embedding_bwd_supports(s, why);
+    case MC_OP_XENT_ROWSTATS:
+    case MC_OP_XENT_LOSS_GRAD:
+    case MC_OP_XENT_FUSED: return mc_cuda_xent_supports(s, why);
+    default: return true;
+    }
+}
+
 /* The compute stream, for the comm layer's NCCL calls (ordered with our ops). */
 static void *cuda_native_stream(mc_backend *be) { return (void *)mc_cuda_st(be)->stream; }
-
-/* ---- attention (kernels by attention*.cu) ---- */
-
-static void cuda_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
-                               const mc_attn_desc *d) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    mc_cuda_check_float("attention_fwd", "qkv", qkv);
-    mc_cuda_attention_fwd(st->stream, out, lse, qkv, d);
-    MC_CUDA_LAUNCHED(st, "attention_fwd");
-}
-
-/* dbias: from the kernels' partial column sums where they form them (not of rotated values),
- * else a pass over dqkv. Rope's backward: the query heads' by the dQ store where it can
- * (mc_cuda_attention_bwd's q_rotated), the rest by the rope kernel. */
-static void cuda_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
-                               const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
-    mc_cuda_state *st = mc_cuda_st(be);
-    const char *op = "attention_bwd";
-    mc_cuda_check_float(op, "qkv", qkv);
-    const bool sums = mc_tensor_present(dbias), kernel_sums = sums && !d->rope;
-    const int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
-    if (sums) mc_cuda_check_f32_numel(op, "dbias", dbias, width);
-    size_t bytes = mc_cuda_attention_bwd_workspace(d, qkv->dtype, kernel_sums);
-    void *ws = bytes ? mc_cuda_workspace(st, bytes, op) : NULL;
-    const float *parts = NULL;
-    bool q_rotated = false;
-    int64_t rows = mc_cuda_attention_bwd(st->stream, ws, bytes, dqkv, dout, qkv, out, lse, d, kernel_sums, &parts,
-                                         d->rope ? &q_rotated : NULL);
-    MC_CUDA_LAUNCHED(st, op);
-    if (d->rope) mc_cuda_rope_heads(st, dqkv, d->rope, true, q_rotated);
-    if (!sums) return;
-    if (rows > 0) mc_cuda_colsum_parts_add(st, op, (float *)dbias->data, parts, rows, width);
-    else mc_cuda_colsum_add(st, op, (float *)dbias->data, dqkv->data, dqkv->dtype, d->seq * d->batch, width);
-}
 
 /* ---- the backend ---- */
 
@@ -425,6 +375,9 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->device = MC_DEVICE_CUDA;
     be->impl = st;
     st->be = be;
+    be->compute_dtypes = MC_DTYPE_BIT(MC_F32) | MC_DTYPE_BIT(MC_BF16) | MC_DTYPE_BIT(MC_F16);
+    be->storage_dtypes = be->compute_dtypes;
+    be->supports = cuda_supports;
 
     be->alloc = cuda_alloc;
     be->free = cuda_free;
@@ -443,6 +396,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->fill = mc_cuda_fill;
     be->init_normal = mc_cuda_init_normal;
     be->memory_stats = cuda_memory_stats;
+    be->memory_available = cuda_memory_available;
 
     be->gemm = mc_cuda_gemm;
     be->linear_fwd = mc_cuda_linear_fwd;
@@ -461,8 +415,8 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->gelu_bwd = mc_cuda_gelu_bwd;
     be->swiglu_fwd = mc_cuda_swiglu_fwd;
     be->swiglu_bwd = mc_cuda_swiglu_bwd;
-    be->attention_fwd = cuda_attention_fwd;
-    be->attention_bwd = cuda_attention_bwd;
+    be->attention_fwd = mc_cuda_attention_fwd;
+    be->attention_bwd = mc_cuda_attention_bwd;
     be->dropout_fwd = mc_cuda_dropout_fwd;
     be->dropout_bwd = mc_cuda_dropout_bwd;
     be->dropout_add_fwd = mc_cuda_dropout_add_fwd;

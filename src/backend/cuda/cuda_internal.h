@@ -1,13 +1,13 @@
 /* cuda_internal.h: private to the CUDA backend (src/backend/cuda/). The backend state
- * behind be->impl, the checked-call macros, the operand checks every op runs first, the
- * scratch workspace, launch sizing, and the device helpers the kernels share (bf16/f16
- * loads and stores in 16-byte packs, warp and block reductions).
+ * behind be->impl, the checked-call macros, the scratch workspace, launch sizing, the op
+ * entries and size limits cuda_backend.cu's table holds, and the device helpers the kernels
+ * share (bf16/f16 loads and stores in 16-byte packs, warp and block reductions).
  *
  * Conventions of the op files (gemm.cu, norm.cu, ...):
- * - Every op checks its operands on the host first, exactly as the CPU backend does, and
- *   aborts naming the op and the operand. Activations and weights are F32, BF16 or F16
- *   (one dtype per op call, dispatched by MC_CUDA_DISPATCH_FLOAT); statistics, RoPE
- *   tables, masks and weight gradients are F32.
+ * - The op layer (tensor/ops.h) has checked every operand before an entry runs: shapes as
+ *   backend.h says, activations and weights F32, BF16 or F16 (compute_dtypes; one dtype
+ *   per op call, dispatched by MC_CUDA_DISPATCH_FLOAT), statistics, RoPE tables, masks and
+ *   weight gradients F32, and the sizes within the limits the files' *_supports answer.
  * - Every launch goes on the backend's one stream and is followed by MC_CUDA_LAUNCHED(op),
  *   which checks cudaGetLastError (and, with MC_CUDA_DEBUG_SYNC=1 in the environment,
  *   synchronizes and checks the kernel's own completion, naming the op).
@@ -156,14 +156,12 @@ static inline bool mc_cuda_loop_fits_u32(int64_t items, unsigned grid, int threa
 
 static inline bool mc_cuda_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* ---- operand checks: each aborts with the op's name and the operand's name ---- */
+/* A tensor seen as [rows, last dim]. */
 static inline int64_t mc_cuda_cols(const mc_tensor *t) { return t->ndim > 0 ? t->shape[t->ndim - 1] : 1; }
 static inline int64_t mc_cuda_rows(const mc_tensor *t) {
     int64_t c = mc_cuda_cols(t);
     return c ? mc_tensor_numel(t) / c : 0;
 }
-/* present, and F32, BF16 or F16 (the activation dtypes of this backend) */
-void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t);
 
 /* Runs the statements `...` with T the element type of the activation dtype dt (float,
  * __nv_bfloat16 or __half); any other dtype aborts naming op. The statements may hold
@@ -183,8 +181,8 @@ void mc_cuda_check_float(const char *op, const char *name, const mc_tensor *t);
             typedef __half T;                                                                                 \
             __VA_ARGS__;                                                                                      \
         } break;                                                                                              \
-        default:                                                                                              \
-            mc_assert_fail("dtype", __FILE__, __LINE__, "cuda %s: dtype %s is not F32, BF16 or F16", (op),    \
+        default: /* the op layer admits compute_dtypes only */                                                \
+            mc_assert_fail("dtype", __FILE__, __LINE__, "cuda %s: no kernel for dtype %s", (op),              \
                            mc_dtype_name(dt));                                                                \
         }                                                                                                     \
     } while (0)
@@ -193,23 +191,11 @@ template <typename T>
 constexpr mc_dtype mc_dtype_of() {
     return sizeof(T) == 4 ? MC_F32 : std::is_same<T, __half>::value ? MC_F16 : MC_BF16;
 }
-/* present, of dtype dt */
-void mc_cuda_check_dtype(const char *op, const char *name, const mc_tensor *t, mc_dtype dt);
-/* seen as [rows, cols] (cols = last dim): exactly these */
-void mc_cuda_check_2d(const char *op, const char *name, const mc_tensor *t, int64_t rows, int64_t cols);
-void mc_cuda_check_numel(const char *op, const char *name, const mc_tensor *t, int64_t n);
-/* present, F32, n elements (statistics, masks, weight gradients) */
-void mc_cuda_check_f32_numel(const char *op, const char *name, const mc_tensor *t, int64_t n);
-
 /* ---- op entry points (the vtable's functions) ---- */
 /* gemm.cu */
 void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
                   float alpha, float beta);
 void mc_cuda_linear_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b);
-/* The operand checks every y[n, out] = x[n, in] w[out, in]^T op shares (float x; w and y
- * of x's dtype and shapes); gives n, in and out. */
-void mc_cuda_linear_dims(const char *op, const mc_tensor *y, const mc_tensor *x, const mc_tensor *w, int64_t *n,
-                         int64_t *in, int64_t *out);
 void mc_cuda_linear_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, const mc_tensor *dy,
                         const mc_tensor *x, const mc_tensor *w, bool accumulate);
 void mc_cuda_linear_residual_fwd(mc_backend *, mc_tensor *y, const mc_tensor *residual, const mc_tensor *x,
@@ -268,6 +254,7 @@ void mc_cuda_embedding_fwd(mc_backend *, mc_tensor *y, const mc_tensor *ids, con
                            int64_t vocab_start, bool accumulate);
 void mc_cuda_embedding_bwd(mc_backend *, mc_tensor *dtable, const mc_tensor *dy, const mc_tensor *ids,
                            int64_t vocab_start);
+bool mc_cuda_embedding_bwd_supports(const mc_op_sizes *s, mc_op_refusal *why);
 /* norm.cu */
 void mc_cuda_layernorm_fwd(mc_backend *, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                            const mc_tensor *w, const mc_tensor *b, float eps);
@@ -282,6 +269,11 @@ void mc_cuda_rmsnorm_bwd(mc_backend *, mc_tensor *dx, mc_tensor *dw, mc_tensor *
 void mc_cuda_rope(mc_backend *, mc_tensor *qkv, const mc_rope_desc *d, bool inverse);
 /* The same, of the key heads only with keys_only (their query heads rotated elsewhere). */
 void mc_cuda_rope_heads(mc_cuda_state *st, mc_tensor *qkv, const mc_rope_desc *d, bool inverse, bool keys_only);
+/* attention_op.cu (over the kernels of cuda_flash.h) */
+void mc_cuda_attention_fwd(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv, const mc_attn_desc *d);
+void mc_cuda_attention_bwd(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
+                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
+bool mc_cuda_attention_supports(const mc_op_sizes *s, mc_op_refusal *why);
 /* activation.cu */
 void mc_cuda_gelu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
 void mc_cuda_gelu_bwd(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
@@ -303,6 +295,8 @@ void mc_cuda_xent_loss_grad(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, c
                             const mc_tensor *mask, int64_t vocab_start, float grad_scale);
 void mc_cuda_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const mc_tensor *logits,
                         const mc_tensor *targets, const mc_tensor *mask, float grad_scale);
+/* rowstats, loss_grad and fused */
+bool mc_cuda_xent_supports(const mc_op_sizes *s, mc_op_refusal *why);
 /* adamw.cu */
 void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
 double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);

@@ -9,6 +9,8 @@
  * `rows`, sorted last and skipped. */
 #include "backend/cuda/cuda_internal.h"
 
+#include <stdio.h>
+
 #include <cub/device/device_radix_sort.cuh>
 
 /* ---- forward ---- */
@@ -57,11 +59,7 @@ void mc_cuda_embedding_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *ids, c
                            int64_t vocab_start, bool accumulate) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "embedding_fwd";
-    mc_cuda_check_float(op, "table", table);
-    mc_cuda_check_dtype(op, "y", y, table->dtype);
-    mc_cuda_check_dtype(op, "ids", ids, MC_I32);
     int64_t ntok = mc_tensor_numel(ids), rows = mc_cuda_rows(table), h = mc_cuda_cols(table);
-    mc_cuda_check_2d(op, "y", y, ntok, h);
     if (ntok == 0 || h == 0) return;
     MC_CUDA_DISPATCH_FLOAT(table->dtype, op, T,
                            launch_fwd<T>(st, (T *)y->data, (const int32_t *)ids->data, (const T *)table->data, ntok,
@@ -113,19 +111,32 @@ __global__ void embedding_bwd_kernel(float *dtable, const T *dy, const uint32_t 
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
+/* The backward's limits (the backend's supports()): token and row indices are 32-bit sort
+ * keys, and a grid's y dimension (65535) holds the hidden size's slices. */
+bool mc_cuda_embedding_bwd_supports(const mc_op_sizes *s, mc_op_refusal *why) {
+    if (s->rows == 0 || s->cols == 0 || s->table_rows == 0) return true; /* nothing to do */
+    if (s->rows >= ((int64_t)1 << 31) || s->table_rows >= ((int64_t)1 << 31) - 1) {
+        why->operand = "ids";
+        snprintf(why->expected, sizeof why->expected, "fewer than 2^31 tokens and 2^31 - 1 table rows (32-bit sort keys)");
+        snprintf(why->given, sizeof why->given, "%lld tokens, %lld rows", (long long)s->rows, (long long)s->table_rows);
+        return false;
+    }
+    const int64_t slice_cols = (int64_t)EMB_BWD_THREADS * 8;
+    if ((s->cols + slice_cols - 1) / slice_cols > 65535) {
+        why->operand = "dtable";
+        snprintf(why->expected, sizeof why->expected, "a last dim of at most %lld", (long long)(65535 * slice_cols));
+        snprintf(why->given, sizeof why->given, "%lld", (long long)s->cols);
+        return false;
+    }
+    return true;
+}
+
 void mc_cuda_embedding_bwd(mc_backend *be, mc_tensor *dtable, const mc_tensor *dy, const mc_tensor *ids,
                            int64_t vocab_start) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "embedding_bwd";
-    mc_cuda_check_dtype(op, "dtable", dtable, MC_F32);
-    mc_cuda_check_float(op, "dy", dy);
-    mc_cuda_check_dtype(op, "ids", ids, MC_I32);
     int64_t ntok = mc_tensor_numel(ids), rows = mc_cuda_rows(dtable), h = mc_cuda_cols(dtable);
-    mc_cuda_check_2d(op, "dy", dy, ntok, h);
     if (ntok == 0 || h == 0 || rows == 0) return;
-    MC_ASSERT(ntok < ((int64_t)1 << 31) && rows < ((int64_t)1 << 31) - 1,
-              "cuda embedding_bwd: %lld tokens x %lld rows exceed the 32-bit sort keys", (long long)ntok,
-              (long long)rows);
     int end_bit = 1;
     while (end_bit < 32 && ((uint64_t)1 << end_bit) <= (uint64_t)rows) end_bit++; /* keys are <= rows */
 
@@ -150,7 +161,6 @@ void mc_cuda_embedding_bwd(mc_backend *be, mc_tensor *dtable, const mc_tensor *d
     MC_CUDA_LAUNCHED(st, op);
 
     const int64_t slices = (h + (int64_t)EMB_BWD_THREADS * 8 - 1) / ((int64_t)EMB_BWD_THREADS * 8);
-    MC_ASSERT(slices <= 65535, "cuda embedding_bwd: hidden size %lld is too large", (long long)h);
     dim3 grid((unsigned)ntok, (unsigned)slices);
     bool vec = h % 8 == 0 && mc_cuda_aligned16(dy->data) && mc_cuda_aligned16(dtable->data);
     float *dt = (float *)dtable->data;

@@ -30,16 +30,8 @@ void mc_cuda_linear_gelu_fwd(mc_backend *be, mc_tensor *y, mc_tensor *pre, const
                              const mc_tensor *b) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "linear_gelu_fwd";
-    int64_t n, in, out;
-    mc_cuda_linear_dims(op, y, x, w, &n, &in, &out);
-    mc_cuda_check_dtype(op, "pre", pre, x->dtype);
-    mc_cuda_check_2d(op, "pre", pre, n, out);
+    int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
     bool bias = mc_tensor_present(b);
-    if (bias) {
-        mc_cuda_check_dtype(op, "b", b, x->dtype);
-        mc_cuda_check_numel(op, "b", b, out);
-    }
-    MC_ASSERT(y->data != pre->data, "cuda %s: y and pre must not alias", op);
     if (n == 0 || out == 0) return;
     if (in > 0 && gelu_epilogue_fits(x->dtype, out, pre->data) && (!bias || mc_cuda_aligned16(b->data))) {
         mc_cuda_epilogue epi = {bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
@@ -56,21 +48,9 @@ void mc_cuda_linear_dgelu_bwd(mc_backend *be, mc_tensor *dpre, mc_tensor *db, co
                               const mc_tensor *pre) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "linear_dgelu_bwd";
-    mc_cuda_check_float(op, "dy", dy);
     mc_dtype dt = dy->dtype;
-    mc_cuda_check_dtype(op, "w", w, dt);
-    mc_cuda_check_dtype(op, "pre", pre, dt);
-    mc_cuda_check_dtype(op, "dpre", dpre, dt);
     int64_t n = mc_cuda_rows(dy), out = mc_cuda_cols(dy), f = mc_cuda_cols(w);
-    mc_cuda_check_2d(op, "w", w, out, f);
-    mc_cuda_check_2d(op, "pre", pre, n, f);
-    mc_cuda_check_2d(op, "dpre", dpre, n, f);
     bool has_db = mc_tensor_present(db);
-    if (has_db) {
-        mc_cuda_check_dtype(op, "db", db, MC_F32);
-        mc_cuda_check_numel(op, "db", db, f);
-    }
-    MC_ASSERT(dpre->data != pre->data && dpre->data != dy->data, "cuda %s: dpre must not alias pre or dy", op);
     if (n == 0 || f == 0) return;
     if (out > 0 && gelu_epilogue_fits(dt, f, pre->data)) {
         /* dpre[n, f] = (dy[n, out] w[out, f]) * gelu'(pre) */

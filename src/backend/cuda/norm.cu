@@ -751,61 +751,20 @@ static void launch_bwd(mc_cuda_state *st, const char *op, T *dx, T *y, float *dw
     if (ds) mc_cuda_colsum_add(st, op, ds, dx, mc_dtype_of<T>(), n, h);
 }
 
-/* ---- checks and dispatch ---- */
+/* ---- dispatch ---- */
 
-static float *optional_stat(const char *op, const char *name, const mc_tensor *t, int64_t n) {
-    if (!mc_tensor_present(t)) return NULL;
-    mc_cuda_check_f32_numel(op, name, t, n);
-    return (float *)t->data;
-}
-
-static float *required_stat(const char *op, const char *name, const mc_tensor *t, int64_t n) {
-    mc_cuda_check_f32_numel(op, name, t, n);
-    return (float *)t->data;
-}
-
-static void *optional_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t n) {
-    if (!mc_tensor_present(t)) return NULL;
-    mc_cuda_check_dtype(op, name, t, dt);
-    mc_cuda_check_numel(op, name, t, n);
-    return t->data;
-}
-
-static void *required_vec(const char *op, const char *name, const mc_tensor *t, mc_dtype dt, int64_t n) {
-    mc_cuda_check_dtype(op, name, t, dt);
-    mc_cuda_check_numel(op, name, t, n);
-    return t->data;
-}
+/* An optional operand's data, or NULL. */
+static void *data_or_null(const mc_tensor *t) { return mc_tensor_present(t) ? t->data : NULL; }
 
 void mc_cuda_layernorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *mean, mc_tensor *rstd, const mc_tensor *x,
                            const mc_tensor *w, const mc_tensor *b, float eps) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "layernorm_fwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_dtype dt = x->dtype;
     int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
-    mc_cuda_check_dtype(op, "y", y, dt);
-    mc_cuda_check_2d(op, "y", y, n, h);
-    void *wd = required_vec(op, "w", w, dt, h), *bd = optional_vec(op, "b", b, dt, h);
-    float *md = optional_stat(op, "mean", mean, n), *rd = optional_stat(op, "rstd", rstd, n);
-    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_fwd<T, true>(st, op, (T *)y->data, md, rd, (const T *)x->data, (const T *)wd,
-                                               (const T *)bd, n, h, eps));
-}
-
-/* dx or y (optional): [n, h] outputs of x's dtype. */
-static void *optional_out(const char *op, const char *name, mc_tensor *t, mc_dtype dt, int64_t n, int64_t h) {
-    if (!mc_tensor_present(t)) return NULL;
-    mc_cuda_check_dtype(op, name, t, dt);
-    mc_cuda_check_2d(op, name, t, n, h);
-    return t->data;
-}
-
-/* dxsum (optional, F32 [h]): needs dx */
-static float *dx_sums(const char *op, mc_tensor *dxsum, const void *dx, int64_t h) {
-    float *ds = optional_stat(op, "dxsum", dxsum, h);
-    MC_ASSERT(!ds || dx, "cuda %s: dxsum needs dx", op);
-    return ds;
+    float *md = (float *)data_or_null(mean), *rd = (float *)data_or_null(rstd);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                           launch_fwd<T, true>(st, op, (T *)y->data, md, rd, (const T *)x->data, (const T *)w->data,
+                                               (const T *)data_or_null(b), n, h, eps));
 }
 
 void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *db, mc_tensor *dxsum, mc_tensor *y,
@@ -813,53 +772,36 @@ void mc_cuda_layernorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tens
                            const mc_tensor *mean, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "layernorm_bwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_dtype dt = x->dtype;
     int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
-    mc_cuda_check_dtype(op, "dy", dy, dt);
-    mc_cuda_check_2d(op, "dy", dy, n, h);
-    void *wd = required_vec(op, "w", w, dt, h);
-    float *md = required_stat(op, "mean", mean, n), *rd = required_stat(op, "rstd", rstd, n);
-    float *dwd = optional_stat(op, "dw", dw, h), *dbd = optional_stat(op, "db", db, h);
-    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
-    void *bd = yd ? optional_vec(op, "b", b, dt, h) : NULL;
-    float *dsd = dx_sums(op, dxsum, dxd, h);
-    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+    float *dwd = (float *)data_or_null(dw), *dbd = (float *)data_or_null(db), *dsd = (float *)data_or_null(dxsum);
+    void *dxd = data_or_null(dx), *yd = data_or_null(y);
+    void *bd = yd ? data_or_null(b) : NULL;
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
                            launch_bwd<T, true>(st, op, (T *)dxd, (T *)yd, dwd, dbd, dsd, (const T *)dy->data,
-                                               (const T *)x->data, (const T *)wd, (const T *)bd, md, rd, n, h));
+                                               (const T *)x->data, (const T *)w->data, (const T *)bd,
+                                               (const float *)mean->data, (const float *)rstd->data, n, h));
 }
 
 void mc_cuda_rmsnorm_fwd(mc_backend *be, mc_tensor *y, mc_tensor *rstd, const mc_tensor *x, const mc_tensor *w,
                          float eps) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "rmsnorm_fwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_dtype dt = x->dtype;
     int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
-    mc_cuda_check_dtype(op, "y", y, dt);
-    mc_cuda_check_2d(op, "y", y, n, h);
-    void *wd = required_vec(op, "w", w, dt, h);
-    float *rd = optional_stat(op, "rstd", rstd, n);
-    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
-                           launch_fwd<T, false>(st, op, (T *)y->data, NULL, rd, (const T *)x->data, (const T *)wd, NULL,
-                                                n, h, eps));
+    float *rd = (float *)data_or_null(rstd);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
+                           launch_fwd<T, false>(st, op, (T *)y->data, NULL, rd, (const T *)x->data, (const T *)w->data,
+                                                NULL, n, h, eps));
 }
 
 void mc_cuda_rmsnorm_bwd(mc_backend *be, mc_tensor *dx, mc_tensor *dw, mc_tensor *dxsum, mc_tensor *y,
                          const mc_tensor *dy, const mc_tensor *x, const mc_tensor *w, const mc_tensor *rstd) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "rmsnorm_bwd";
-    mc_cuda_check_float(op, "x", x);
-    mc_dtype dt = x->dtype;
     int64_t n = mc_cuda_rows(x), h = mc_cuda_cols(x);
-    mc_cuda_check_dtype(op, "dy", dy, dt);
-    mc_cuda_check_2d(op, "dy", dy, n, h);
-    void *wd = required_vec(op, "w", w, dt, h);
-    float *rd = required_stat(op, "rstd", rstd, n);
-    float *dwd = optional_stat(op, "dw", dw, h);
-    void *dxd = optional_out(op, "dx", dx, dt, n, h), *yd = optional_out(op, "y", y, dt, n, h);
-    float *dsd = dx_sums(op, dxsum, dxd, h);
-    MC_CUDA_DISPATCH_FLOAT(dt, op, T,
+    float *dwd = (float *)data_or_null(dw), *dsd = (float *)data_or_null(dxsum);
+    void *dxd = data_or_null(dx), *yd = data_or_null(y);
+    MC_CUDA_DISPATCH_FLOAT(x->dtype, op, T,
                            launch_bwd<T, false>(st, op, (T *)dxd, (T *)yd, dwd, NULL, dsd, (const T *)dy->data,
-                                                (const T *)x->data, (const T *)wd, NULL, NULL, rd, n, h));
+                                                (const T *)x->data, (const T *)w->data, NULL, NULL,
+                                                (const float *)rstd->data, n, h));
 }

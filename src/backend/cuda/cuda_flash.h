@@ -1,11 +1,14 @@
-/* cuda_attention.h: causal flash attention on the GPU (the attention entries of the CUDA
- * backend). Semantics are exactly mc_backend.attention_fwd/bwd (tensor/backend.h): packed
- * per-group QKV [S, B, groups, heads/groups + 2, d], output [S, B, heads, d], lse
- * [B, heads, S] F32, GQA, optional seg_start, dropout on probabilities from Philox with the
- * element index ((b*heads + h)*S + i)*S + j. F32, BF16 and F16 activations (F32 accumulation).
- * Every launch goes on `stream`; nothing is allocated here. */
-#ifndef MC_BACKEND_CUDA_ATTENTION_H
-#define MC_BACKEND_CUDA_ATTENTION_H
+/* cuda_flash.h: causal flash attention on the GPU, the kernels' launch interface under the
+ * CUDA backend's attention entries (attention_op.cu), which tests/test_cuda_attention.c
+ * also drives directly. Semantics are exactly mc_backend.attention_fwd/bwd
+ * (tensor/backend.h): packed per-group QKV [S, B, groups, heads/groups + 2, d], output
+ * [S, B, heads, d], lse [B, heads, S] F32, GQA, optional seg_start, dropout on
+ * probabilities from Philox with the element index ((b*heads + h)*S + i)*S + j. F32, BF16
+ * and F16 activations (F32 accumulation). Operands as the op layer (tensor/ops.h) checks
+ * them, head_dim and sizes within mc_cuda_attention_supports. Every launch goes on
+ * `stream`; nothing is allocated here. */
+#ifndef MC_BACKEND_CUDA_FLASH_H
+#define MC_BACKEND_CUDA_FLASH_H
 
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -16,12 +19,12 @@
 extern "C" {
 #endif
 
-void mc_cuda_attention_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
-                           const mc_attn_desc *d);
+void mc_cuda_flash_fwd(cudaStream_t stream, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
+                       const mc_attn_desc *d);
 
 /* Scratch bytes attention_bwd needs for this shape and dtype (D = rowsum(dO * O), dQ's F32
  * accumulator; with `colsums` room for the partial column sums below). */
-size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums);
+size_t mc_cuda_flash_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums);
 
 /* dqkv fully overwritten. Bitwise reproducible when d->deterministic; otherwise dQ may be
  * summed with floating-point atomics (run-to-run differences at rounding level). With
@@ -33,10 +36,9 @@ size_t mc_cuda_attention_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bo
  * caller. d->rope is not applied here, except that with q_rotated (optional) the dQ store
  * may rotate the query heads' gradient back by it (rope's backward, on the F32 values) and
  * says so in *q_rotated (then not with colsums): the caller rotates what is left. */
-int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
-                              const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out,
-                              const mc_tensor *lse, const mc_attn_desc *d, bool colsums, const float **parts,
-                              bool *q_rotated);
+int64_t mc_cuda_flash_bwd(cudaStream_t stream, void *workspace, size_t workspace_bytes, mc_tensor *dqkv,
+                          const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse,
+                          const mc_attn_desc *d, bool colsums, const float **parts, bool *q_rotated);
 
 /* Benchmarks only: with a device buffer of MC_ATTN_TIMELINE_WORDS words a block, each block
  * of the wgmma backward's key-side kernel (its variant with the dQ accumulator and without
@@ -44,7 +46,7 @@ int64_t mc_cuda_attention_bwd(cudaStream_t stream, void *workspace, size_t works
  * (head, query tile pairs) and six clock64() readings: entry, loop start, loop end, the
  * last item drained, dK and dV stored, exit. NULL stops it. */
 enum { MC_ATTN_TIMELINE_WORDS = 8 };
-void mc_cuda_attention_bwd_timeline(unsigned long long *device_buf);
+void mc_cuda_flash_bwd_timeline(unsigned long long *device_buf);
 
 #ifdef __cplusplus
 }
