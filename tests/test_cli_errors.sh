@@ -55,7 +55,8 @@ expect warmup_both "--lr-warmup-fraction and --lr-warmup-iters" -- train "${BASE
 expect min_lr "--min-lr 0.1 is larger than --lr" -- train "${BASE[@]}" --min-lr 0.1
 expect ckpt_step_without_load "--ckpt-step 5 needs --load" -- train "${BASE[@]}" --ckpt-step 5 --save "$TMP/ckpt"
 expect several_refused "unknown flags: --num-layer (did you mean --num-layers?); and not in this version yet: --fp8-format (fp8 training is not in this version yet), --num-experts (mixture-of-experts layers are not in this version yet)" -- train "${BASE[@]}" --fp8-format hybrid --num-experts 8 --num-layer 2
-expect export_params_unwritable "--export-params $TMP/no/such/dir/p.st: cannot write there: $TMP/no/such/dir: No such file or directory" -- train "${BASE[@]}" --export-params "$TMP/no/such/dir/p.st"
+touch "$TMP/a_file"
+expect export_params_unwritable "--export-params $TMP/a_file/p.st: cannot write there: cannot create the directory $TMP/a_file: a file of that name exists" -- train "${BASE[@]}" --export-params "$TMP/a_file/p.st"
 expect export_params_directory "--export-params $TMP is a directory" -- train "${BASE[@]}" --export-params "$TMP"
 expect not_yet_fp8 "--fp8-format: fp8 training is not in this version yet" -- train "${BASE[@]}" --fp8-format hybrid
 expect rope_odd "--rotary-percent" -- train "${BASE[@]}" --position-embedding-type rope --rotary-percent 0.05

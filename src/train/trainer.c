@@ -193,15 +193,15 @@ static int open_data(mc_trainer *t, mc_err *err) {
     return MC_OK;
 }
 
-/* A file training will write at its end (--export-params): its directory must exist (or be
- * creatable alongside --log-dir) and take files, and the path must not be a directory. */
+/* A file training will write at its end (--export-params): its directory is made now, as
+ * --log-dir's and --save's are, and must take files; the path must not be a directory. */
 static int check_output_file(const char *path, mc_err *err) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return mc_err_set(err, "--export-params %s is a directory (give a file name)", path);
     char *dir = mc_path_dirname(path);
     mc_err why;
-    bool ok = mc_dir_writable(dir, &why);
+    bool ok = mc_mkdirs(dir, &why) == MC_OK && mc_dir_writable(dir, &why);
     if (!ok) mc_err_set(err, "--export-params %s: cannot write there: %s", path, why.msg);
     free(dir);
     return ok ? MC_OK : MC_ERR;
