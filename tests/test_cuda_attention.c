@@ -321,81 +321,6 @@ static int cmp_float(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
-}
-
-typedef struct {
-    unsigned long long sm, entry; /* the timeline's SM and entry clock */
-    int64_t block;
-} tl_block;
-
-static int cmp_tl_block(const void *a, const void *b) {
-    const tl_block *x = a, *y = b;
-    if (x->sm != y->sm) return x->sm < y->sm ? -1 : 1;
-    return x->entry < y->entry ? -1 : x->entry > y->entry;
-}
-
-/* One backward with the key-side kernel's timeline (mc_cuda_flash_bwd_timeline): where a
- * block's time goes (median prologue and epilogue, the loop's cost per item and its fixed
- * part by a least-squares fit over the blocks' item counts) and the idle time between one
- * SM's consecutive blocks; in microseconds at the device's maximum clock. */
-static void bench_timeline(const char *name, const mc_attn_desc *desc, void *ws, size_t ws_bytes, mc_tensor *DQ,
-                           mc_tensor *DO, mc_tensor *Q, mc_tensor *O, mc_tensor *L) {
-    const int64_t nblk = (desc->seq + 127) / 128 * desc->groups * desc->batch;
-    const size_t words = (size_t)nblk * MC_ATTN_TIMELINE_WORDS;
-    unsigned long long *dev, *h = malloc(words * sizeof *h), *pro = malloc(nblk * sizeof *pro),
-                              *epi = malloc(nblk * sizeof *epi), *drain = malloc(nblk * sizeof *drain),
-                              *store = malloc(nblk * sizeof *store);
-    CU(cudaMalloc((void **)&dev, words * sizeof *h));
-    CU(cudaMemset(dev, 0, words * sizeof *h));
-    const float *parts = NULL;
-    mc_cuda_flash_bwd_timeline(dev);
-    mc_cuda_flash_bwd(0, ws, ws_bytes, DQ, DO, Q, O, L, desc, false, &parts, NULL);
-    mc_cuda_flash_bwd_timeline(NULL);
-    CU(cudaMemcpy(h, dev, words * sizeof *h, cudaMemcpyDeviceToHost));
-    int khz = 0;
-    CU(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-    const double us = 1e3 / khz; /* microseconds a cycle */
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int64_t b = 0; b < nblk; b++) {
-        const unsigned long long *r = h + b * MC_ATTN_TIMELINE_WORDS;
-        pro[b] = r[3] - r[2], epi[b] = r[7] - r[4], drain[b] = r[5] - r[4], store[b] = r[6] - r[5];
-        const double x = (double)r[1], y = (double)(r[4] - r[3]);
-        sx += x, sy += y, sxx += x * x, sxy += x * y;
-    }
-    const double slope = (nblk * sxy - sx * sy) / (nblk * sxx - sx * sx), icpt = (sy - slope * sx) / nblk;
-    qsort(pro, nblk, sizeof *pro, cmp_u64);
-    qsort(epi, nblk, sizeof *epi, cmp_u64);
-    qsort(drain, nblk, sizeof *drain, cmp_u64);
-    qsort(store, nblk, sizeof *store, cmp_u64);
-    /* the blocks sorted by (SM, entry clock): consecutive blocks of one SM are neighbours */
-    tl_block *ord = malloc(nblk * sizeof *ord);
-    for (int64_t b = 0; b < nblk; b++) {
-        const unsigned long long *r = h + b * MC_ATTN_TIMELINE_WORDS;
-        ord[b] = (tl_block){.sm = r[0], .entry = r[2], .block = b};
-    }
-    qsort(ord, nblk, sizeof *ord, cmp_tl_block);
-    double gap = 0;
-    int64_t ngap = 0;
-    for (int64_t i = 1; i < nblk; i++) {
-        const unsigned long long *a = h + ord[i - 1].block * MC_ATTN_TIMELINE_WORDS,
-                                 *c = h + ord[i].block * MC_ATTN_TIMELINE_WORDS;
-        if (a[0] != c[0] || c[2] < a[7]) continue;
-        gap += (double)(c[2] - a[7]);
-        ngap++;
-    }
-    free(ord);
-    printf("BENCH timeline %-8s %lld blocks: prologue %.2f us, loop %.2f us + %.3f us/item, epilogue %.2f us "
-           "(drain %.2f, dK/dV stores %.2f), gap between an SM's blocks %.2f us (medians; fit; mean of %lld), "
-           "at %d MHz\n",
-           name, (long long)nblk, pro[nblk / 2] * us, icpt * us, slope * us, epi[nblk / 2] * us, drain[nblk / 2] * us,
-           store[nblk / 2] * us, ngap ? gap / ngap * us : 0.0, (long long)ngap, khz / 1000);
-    CU(cudaFree(dev));
-    free(h), free(pro), free(epi), free(drain), free(store);
-}
-
 static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, int d) {
     const int64_t nqkv = S * B * (H + 2 * G) * d, nout = S * B * H * d, nlse = B * H * S;
     float *h = host_normals(nqkv > nout ? nqkv : nout, 9, 1.0f);
@@ -440,7 +365,6 @@ static void bench_shape(const char *name, int64_t S, int64_t B, int H, int G, in
                (long long)B, H, G, d, (long long)S, med * 1e3, flops / med / 1e12);
     }
     CU(cudaGetLastError());
-    if (d == 64) bench_timeline(name, &desc, ws, ws_bytes, &DQ, &DO, &Q, &O, &L);
     CU(cudaEventDestroy(e0));
     CU(cudaEventDestroy(e1));
     void *bufs[] = {qkv, dout, out, lse, dqkv, ws};

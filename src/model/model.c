@@ -114,9 +114,8 @@ static int64_t head_rows(int64_t fit, int64_t N) {
  * or the gradient buffer cannot lend the first backward a whole micro-batch's logits) and
  * they take no more than the activations the layers keep: one GEMM each way instead of
  * chunks, and the output layer's gradient read and written once a micro-batch instead of
- * once a chunk. Measured (H200, interleaved A/B, 3 rounds each): GPT-2 124M at batch 64
- * +1.7%, peak 19.1 -> 24.4 GiB (PyTorch 34.5); the 1.5B shape with 8 micro-batches +0.5%,
- * 32.0 -> 33.5 GiB (PyTorch 38.0). With one micro-batch a step the 1.5B shape's backward
+ * once a chunk (GPT-2 124M at batch 64: a 1.7% faster step for 5.3 GiB more, still below
+ * PyTorch's peak; bench/RESULTS.md). With one micro-batch a step the 1.5B shape's backward
  * borrows (mc_model_set_first_head_chunk) and its plan keeps the short chunk. */
 int64_t mc_model_head_chunk(const mc_head_plan *hp) {
     const int64_t N = hp->tokens;

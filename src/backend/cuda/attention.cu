@@ -14,7 +14,7 @@
  *     F16, used by --fp16 only, is slow there but exact enough).
  * MC_ATTN_SIMPLE=1 in the environment forces the simple kernels for BF16 too (to bisect a
  * wrong result between the paths); MC_ATTN_WGMMA=0 turns the wgmma kernels off (the
- * mma.sync ones run instead: for A/B timing and bisection).
+ * mma.sync ones run instead: for timing one against the other and for bisection).
  *
  * Backward workspace: D [B, heads, S] F32, rounded up to 256 bytes; unless the descriptor
  * asks for a deterministic backward, the tensor-core path also takes an F32 dQ
@@ -222,8 +222,6 @@ static size_t attn_parts_bytes(const mc_attn_desc *d, mc_dtype dt) {
     const int64_t ts = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
     return attn_round256((size_t)(rows * ts) * sizeof(float));
 }
-
-extern "C" void mc_cuda_flash_bwd_timeline(unsigned long long *device_buf) { attn_wg_bwd_timeline(device_buf); }
 
 extern "C" size_t mc_cuda_flash_bwd_workspace(const mc_attn_desc *d, mc_dtype dtype, bool colsums) {
     return attn_d_bytes(d) + (attn_fused_dq(d, dtype) ? attn_dq_acc_bytes(d) : 0) +

@@ -256,8 +256,6 @@ inline int64_t attn_colsum_parts(const attn_geom &g) {
  * `rope` (optional): the dQ store may rotate dQ back by it (with dq_acc and no parts);
  * attn_wg_bwd_pipe returns whether it did. */
 void attn_wg_fwd(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv);
-/* mc_cuda_flash_bwd_timeline's buffer for the key-side backward kernel. */
-void attn_wg_bwd_timeline(unsigned long long *buf);
 
 bool attn_wg_bwd_pipe(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                       const __nv_bfloat16 *qkv, const float *lse, const float *D, float *dq_acc, float *parts,

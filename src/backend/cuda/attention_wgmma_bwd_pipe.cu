@@ -27,20 +27,16 @@
  *                                  one bulk reduction (cp.reduce.async.bulk .add.f32: the
  *                                  tile's 64 rows are contiguous there) while the block
  *                                  goes on with the next items.
- * Summing dQ is what this backward spends most on beyond its matrix products. Measured on
- * an H200 with the serial version of this kernel (Llama shape / GPT-2 shape): without any
- * dQ sum 0.55 / 1.17 ms; float2 atomics from every thread, 64-key blocks 0.84 / 1.64,
- * 128-key blocks (one dQ product for both warpgroups: half the atomics) 0.77 / 1.61; bulk
- * adds of single rows 0.91 / 1.91; one bulk add of the whole tile 0.74 / 1.56 (kept). dS^T
- * goes through shared memory rather than registers for dK as well: that kept the serial
- * version near 200 registers instead of 254.
+ * Summing dQ is what this backward spends most on beyond its matrix products: one bulk add
+ * of the whole tile beat per-thread float2 atomics (with 64- or 128-key blocks) and bulk adds
+ * of single rows (bench/RESULTS.md has the timings). dS^T goes through shared memory rather
+ * than registers for dK as well: that kept the kernel near 200 registers instead of 254.
  *
- * Why pipelined: the serial version (removed after the H200 A/B of 2026-12-01, in which the
- * backward took 0.744 ms with it against 0.693 with this kernel on the Llama shape, 1.557
- * against 1.459 on GPT-2's) waited for each product before the next step (S, dP -> wait ->
- * P, dS -> dV, dK -> barrier -> dQ -> wait -> stage dQ -> barrier), the two warpgroups in
- * lockstep, so the tensor cores idled through every elementwise phase, barrier and staging
- * (H200, Llama shape: ~190 TFLOP/s). Here an item's products are four commit groups,
+ * Why pipelined: a serial version waited for each product before the next step (S, dP ->
+ * wait -> P, dS -> dV, dK -> barrier -> dQ -> wait -> stage dQ -> barrier), the two
+ * warpgroups in lockstep, so the tensor cores idled through every elementwise phase, barrier
+ * and staging; this one took 7% less time on the Llama shape's backward. Here an item's
+ * products are four commit groups,
  *   S(j)  = S^T = K Q^T                  (both operands in shared memory)
  *   P(j)  = dP^T = V dO^T
  *   V(j)  = dV += P^T dO                  (A = P^T packed in registers)
@@ -134,13 +130,7 @@
  * SM, 162.5 KB of shared memory (K, V; 3 stages of Q, dO, lse, D; 2 dS^T and 3 dQ
  * buffers), 204 registers with dq_acc (208 with SUM too) and 186 without, no spills, no
  * wgmma serialization.
- *
- * Where a block's time goes (mc_cuda_flash_bwd_timeline; H200, GPT-2 shape, 9 items a
- * block on average, clocks read at 1980 MHz): 2.24 us an item in the loop (no fixed part in
- * it), a 2.2 us prologue (K, V and the first item landing), a 1.5 us epilogue (0.75 the last
- * item's drain, 0.45 dK and dV out) and 0.4 us between an SM's blocks: ~20% of the GPT-2
- * shape's backward is per block, ~2% of the Llama shape's (68 items). dK and dV went out by
- * the fragments' 4-byte stores before (2.1-2.5 us; 1.474 -> 1.415 ms a GPT-2 backward).
+
  */
 #include <limits.h>
 
@@ -159,12 +149,11 @@ struct wbp_cfg {
                                    NDQ * DQ_TILE * sizeof(float) /* dQ staging */;
 };
 
-template <bool DQ, bool SUM, bool TL>
+template <bool DQ, bool SUM>
 __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_geom g, __nv_bfloat16 *dqkv,
                                                                          const __nv_bfloat16 *dout,
                                                                          const __nv_bfloat16 *qkv, const float *lse,
-                                                                         const float *D_, float *dq_acc, float *parts,
-                                                                         unsigned long long *tl) {
+                                                                         const float *D_, float *dq_acc, float *parts) {
     using C = wbp_cfg;
     constexpr int NWG = C::NWG, NT = C::NT, NSTAGE = C::NSTAGE;
     constexpr int DQN = 64 / NWG, DQR = DQN / 2; /* dQ columns and accumulator registers a warpgroup */
@@ -191,8 +180,6 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     const int64_t obs = (int64_t)g.B * g.H * 64; /* out/dout stride between positions */
     unsigned char *Kw = Ks + wg * C::TILE, *Vw = Vs + wg * C::TILE; /* dK, dV go out through them at the end */
 
-    unsigned long long t_entry = 0;
-    if (TL && tid == 0) t_entry = clock64();
     auto item_h = [&](int item) { return grp * g.hpg + item / nqt; };
     auto item_i0 = [&](int item) { return (qt0 + item % nqt) * 64; };
 
@@ -295,8 +282,6 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     wg_fence_proxy();
     __syncthreads();
 
-    unsigned long long t_loop = 0;
-    if (TL && tid == 0) t_loop = clock64();
     int sc = 0; /* item j's stage; item j - 1's is sc - 1 mod NSTAGE, item j + 1's sc + 1 */
     for (int j = 0; j < nitems; j++) {
         const int i0 = item_i0(j);
@@ -381,8 +366,6 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         sc = sn;
     } /* pending across the loop's back edge: V(j) only (dv accumulates, pa is rewritten after the next wait) */
 
-    unsigned long long t_loop_end = 0;
-    if (TL && tid == 0) t_loop_end = clock64();
     /* the last item's KQ; the bulk adds of the last two dQ */
     const int last = nitems - 1;
     issue_kq(dSs + (last & 1) * NWG * C::TILE, Qs + (last % NSTAGE) * C::TILE);
@@ -399,8 +382,6 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
         __syncthreads();
         if (tid == 0) add_dq(last); /* its source read is waited for at the block's end */
     }
-    unsigned long long t_drained = 0;
-    if (TL && tid == 0) t_drained = clock64();
 
     /* dK and dV out through shared memory: into the K and V tiles' places (swizzled, as
      * loaded), then whole rows by 16-byte stores (the fragments' own stores were 4 bytes, 8
@@ -420,8 +401,6 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     __syncthreads();
     wg_store_tile<C::BN, NT>(dqkv, kbase, g.row_stride, j0, g.S, Ks, tid);
     wg_store_tile<C::BN, NT>(dqkv, kbase + 64, g.row_stride, j0, g.S, Vs, tid);
-    unsigned long long t_stored = 0;
-    if (TL && tid == 0) t_stored = clock64();
 
     /* SUM: dK's and dV's column sums over the block's 128 keys (F32, before rounding) into
      * parts' row kt B + b (attn_colsum_parts): each thread's two rows, the 8 lanes of a
@@ -472,18 +451,7 @@ __global__ void __launch_bounds__(wbp_cfg::NT, 1) attn_wg_bwd_pipe_kernel(attn_g
     if constexpr (DQ) {
         if (tid == 0) wg_bulk_wait_read<0>();
     }
-    if (TL && tid == 0) { /* the timeline (mc_cuda_flash_bwd_timeline): SM, items, six clocks */
-        unsigned smid;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        unsigned long long *r = tl + (size_t)blockIdx.x * MC_ATTN_TIMELINE_WORDS;
-        r[0] = smid, r[1] = (unsigned long long)nitems, r[2] = t_entry, r[3] = t_loop, r[4] = t_loop_end;
-        r[5] = t_drained, r[6] = t_stored, r[7] = clock64();
-    }
 }
-
-static unsigned long long *wbp_timeline; /* attn_wg_bwd_timeline's buffer, or NULL */
-
-void attn_wg_bwd_timeline(unsigned long long *buf) { wbp_timeline = buf; }
 
 template <bool DQ, bool SUM>
 static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
@@ -493,12 +461,9 @@ static void wbp_launch(cudaStream_t st, const attn_geom &g, __nv_bfloat16 *dqkv,
     static_assert(2 * C::NWG * C::TILE >= 8 * 128 * sizeof(float), "the column-sum exchange fits the dS^T buffers");
     const int64_t blocks = (int64_t)attn_cdiv(g.S, C::BN) * g.G * g.B;
     MC_ASSERT(blocks <= INT_MAX, "cuda attention: grid of %lld blocks is too large", (long long)blocks);
-    auto kernel = attn_wg_bwd_pipe_kernel<DQ, SUM, false>;
-    if constexpr (DQ && !SUM) { /* the timeline is taken of this variant only */
-        if (wbp_timeline) kernel = attn_wg_bwd_pipe_kernel<DQ, SUM, true>;
-    }
+    auto kernel = attn_wg_bwd_pipe_kernel<DQ, SUM>;
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM));
-    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, parts, wbp_timeline);
+    kernel<<<(unsigned)blocks, C::NT, C::SMEM, st>>>(g, dqkv, dout, qkv, lse, Drow, dq_acc, parts);
     ATTN_CHECK_LAUNCH("attn_wg_bwd_pipe_kernel");
 }
 

@@ -40,14 +40,6 @@ int64_t mc_cuda_flash_bwd(cudaStream_t stream, void *workspace, size_t workspace
                           const mc_tensor *dout, const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse,
                           const mc_attn_desc *d, bool colsums, const float **parts, bool *q_rotated);
 
-/* Benchmarks only: with a device buffer of MC_ATTN_TIMELINE_WORDS words a block, each block
- * of the wgmma backward's key-side kernel (its variant with the dQ accumulator and without
- * column sums: not deterministic, colsums false) records there its SM, its item count
- * (head, query tile pairs) and six clock64() readings: entry, loop start, loop end, the
- * last item drained, dK and dV stored, exit. NULL stops it. */
-enum { MC_ATTN_TIMELINE_WORDS = 8 };
-void mc_cuda_flash_bwd_timeline(unsigned long long *device_buf);
-
 #ifdef __cplusplus
 }
 #endif

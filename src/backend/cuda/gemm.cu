@@ -180,8 +180,8 @@ static gemm_entry *cache_lookup(mc_cuda_state *st, const gemm_key *key) {
  * output with the same values; a beta != 0 product, such as the weight gradients
  * accumulating into main_grad, would add itself up again). The residual-add GEMMs (their C
  * read apart from the output) could be timed too, and their tuned algorithm ran in half
- * the time, yet the steps did not speed up (the GPU runs at its power cap; bench/RESULTS.md,
- * eighth session), so they keep the heuristic's first. The choice depends on timings, so
+ * the time, yet the steps did not speed up (the GPU runs at its power cap; bench/RESULTS.md),
+ * so they keep the heuristic's first. The choice depends on timings, so
  * two runs may pick differently and differ at rounding level: off when the backend is
  * reproducible (--deterministic-mode), and with MC_GEMM_AUTOTUNE=0. */
 static bool gemm_autotune_wanted(const mc_cuda_state *st, const gemm_key *key) {

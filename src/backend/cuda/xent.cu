@@ -353,12 +353,11 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  * The split (xent_stream_plan): C = 1, a whole row a block, when two stages of it fit the
  * opt-in shared memory (BF16 rows up to ~57K logits on the H200): no cluster barrier a row,
  * and a block a multiprocessor already keeps its loads and stores in flight (GPT-2's 50304
- * logits: the training step 1.017x against C = 4, higher in 4 of 4 interleaved rounds,
- * H200, 2026-12-02). Longer rows take the smallest C in 2, 4, 8 whose slice is at most 32
+ * logits: a 1.7% faster training step than with C = 4; bench/RESULTS.md). Longer rows take the smallest C in 2, 4, 8 whose slice is at most 32
  * KiB, so that a block's two stages take at most 64 KiB and three or more blocks share a
  * multiprocessor (228 KiB), else 8 blocks with up to half the opt-in limit a stage (BF16 up
- * to ~460K logits); the rest run the kernel above. (For Llama 3's rows a 64 KiB target, C =
- * 4, timed 1.006x and 0.999x the step in two calls: 32 KiB stays.) On the H200 (132
+ * to ~460K logits); the rest run the kernel above. (A 64 KiB target, C = 4 for Llama 3's
+ * rows, gained nothing measurable.) On the H200 (132
  * multiprocessors, ~1.98 GHz):
  *   GPT-2 [8192, 50304] BF16: C = 1, slices of 50304 (98.3 KiB, 8 chunks of 12.3 KiB), 197
  *     KiB a block, 1 block a multiprocessor, 132 resident, 131 launched, 63 rows each;
@@ -372,10 +371,8 @@ __global__ void __launch_bounds__(XENT_FUSED_THREADS, XENT_FUSED_MIN_BLOCKS)
  * which the stages and the per-warp chunks give it: the floor of a [4096, 50304] chunk is
  * 0.19 ms (824 MB), of a [2048, 128256] one 0.245 ms (1.05 GB). (The kernel above reads shared memory three
  * times, pays __expf's extra five instructions twice a logit, and its blocks, started
- * together a wave at a time, most likely load, compute and store in step.) Timed against it
- * on an H200 (2026-12-01, CUDA events, interleaved), BF16 in place: [4096, 50304] 282 vs
- * 327 us, [2048, 128256] 400 vs 416 us; GPT-2's training step ran at 0.971x with the
- * kernel above.
+ * together a wave at a time, most likely load, compute and store in step.) On the H200 this
+ * kernel takes 282 us for [4096, 50304] BF16 in place, the kernel above 327 (bench/RESULTS.md).
  * e^(x - m) is ex2.approx.ftz(x log2e - m log2e): one FFMA and one MUFU (__expf adds five
  * instructions of subnormal handling per call here); results below 2^-126 flush to 0, far
  * below a sum's rounding or a gradient that matters.
