@@ -17,7 +17,6 @@
 #include "check.h"
 #include "data/blend.h"
 #include "data/data.h"
-#include "data/index_cache.h"
 #include "fixture_util.h"
 
 #define FIX "tests/fixtures/data/"

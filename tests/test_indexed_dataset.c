@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/md5.h"
+#include "base/pyjson.h"
 #include "check.h"
-#include "data/index_cache.h"
 #include "data/indexed_dataset.h"
 #include "data/lowlevel.h"
+#include "data/npy.h"
 #include "fixture_util.h"
 
 #define FIX "tests/fixtures/data/"

@@ -20,11 +20,12 @@
 
 #include "base/args.h"
 #include "base/error.h"
+#include "base/pyjson.h"
 #include "cli/commands.h"
 #include "data/data.h"
 #include "data/index_cache.h"
-#include "data/tokenizer.h"
 #include "megatron.h"
+#include "tokenizer/tokenizer.h"
 #include "train/flags.h"
 
 typedef struct inspect_args {

@@ -3,12 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
+#include "base/md5.h"
 #include "data/blend.h"
-#include "data/byte_tokenizer.h"
 #include "data/index_cache.h"
 #include "data/lowlevel.h"
+#include "data/npy.h"
 #include "data/text_corpus.h"
-#include "data/tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* arguments.py's value when --data-path comes without --split (it prints a warning). The
  * text matters: it is part of the cache description. */

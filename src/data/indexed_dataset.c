@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/index_cache.h"
+#include "base/file.h"
 
 static const unsigned char k_magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 

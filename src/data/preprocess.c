@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/index_cache.h"
+#include "base/file.h"
+#include "base/pyjson.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 

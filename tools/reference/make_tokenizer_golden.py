@@ -3,7 +3,7 @@
 
     python3 tools/reference/make_tokenizer_golden.py              # writes tests/fixtures/tokenizer/*
     python3 tools/reference/make_tokenizer_golden.py dump NAME DOC  # reference ids of one document
-    python3 tools/reference/make_tokenizer_golden.py unicode      # prints src/data/tok_unicode_table.h
+    python3 tools/reference/make_tokenizer_golden.py unicode      # prints src/tokenizer/tok_unicode_table.h
 
 Needs `pip install tokenizers==0.23.2 sentencepiece` (and `unicodedata2==16.0.0` for the
 `unicode` subcommand); reads ../shared/data (MC_SHARED_DIR overrides). Deterministic: the

@@ -22,8 +22,8 @@
  * without EOD (the caller appends it with --append-eod). A tokenizer is immutable after
  * open, so any number of threads may encode with it at once, each with its own
  * mc_tokenizer_scratch (caches and buffers). */
-#ifndef MC_DATA_TOKENIZER_H
-#define MC_DATA_TOKENIZER_H
+#ifndef MC_TOKENIZER_TOKENIZER_H
+#define MC_TOKENIZER_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>

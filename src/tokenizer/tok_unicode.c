@@ -2,8 +2,8 @@
  * (\p{L}, \p{N}, \s, \w) and GPT-2's byte <-> unicode map. */
 #include <pthread.h>
 
-#include "data/tok_internal.h"
-#include "data/tok_unicode_table.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tok_unicode_table.h"
 
 #define NRANGES (sizeof k_uc_ranges / sizeof k_uc_ranges[0])
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 /* ---- mc_ids and buffers ------------------------------------------------------------------ */
 

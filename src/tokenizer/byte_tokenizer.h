@@ -2,8 +2,8 @@
  *
  * Ids 0..255 are the bytes of the UTF-8 text, id 256 is the end-of-document token; the
  * vocabulary has 257 entries. No merges, no normalization: encode is a widening copy. */
-#ifndef MC_DATA_BYTE_TOKENIZER_H
-#define MC_DATA_BYTE_TOKENIZER_H
+#ifndef MC_TOKENIZER_BYTE_TOKENIZER_H
+#define MC_TOKENIZER_BYTE_TOKENIZER_H
 
 #include <stdint.h>
 

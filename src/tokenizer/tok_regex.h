@@ -8,10 +8,10 @@
  * 10.42 has 14.0, and its UCP \s also takes U+180E); other properties use PCRE2's tables.
  * Invalid UTF-8 bytes are characters of no class (never \s, \p{L}, \p{N}) in the hand
  * matchers and unmatchable in PCRE2. */
-#ifndef MC_DATA_TOK_REGEX_H
-#define MC_DATA_TOK_REGEX_H
+#ifndef MC_TOKENIZER_TOK_REGEX_H
+#define MC_TOKENIZER_TOK_REGEX_H
 
-#include "data/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 typedef enum {
     TOK_RE_NONE = 0,

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/byte_tokenizer.h"
-#include "data/tok_internal.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tok_internal.h"
 
 static bool py_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1C && c <= 0x1F); }
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/tok_regex.h"
+#include "tokenizer/tok_regex.h"
 
 #ifdef MC_HAVE_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8

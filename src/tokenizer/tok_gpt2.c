@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/tok_hf.h"
+#include "tokenizer/tok_hf.h"
 
 static int load_vocab(tok_bpe *b, const char *path, mc_err *err) {
     char *data;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 #define SPACE_SYM "\xE2\x96\x81"
 

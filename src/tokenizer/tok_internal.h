@@ -1,15 +1,15 @@
 /* tok_internal.h: what the tokenizer files (tokenizer.c, tok_*.c) share: the object behind
  * mc_tokenizer, growable buffers, hashing, a string -> id map, a pair -> merge map, UTF-8
  * helpers and the per-thread word cache. Not a public interface. */
-#ifndef MC_DATA_TOK_INTERNAL_H
-#define MC_DATA_TOK_INTERNAL_H
+#ifndef MC_TOKENIZER_TOK_INTERNAL_H
+#define MC_TOKENIZER_TOK_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- the tokenizer object ------------------------------------------------------------ */
 

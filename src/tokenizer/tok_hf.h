@@ -1,11 +1,11 @@
 /* tok_hf.h: the HF `tokenizers` pipeline (added tokens -> normalizer -> pre-tokenizer ->
  * BPE model -> post-processor; decoder for decode), as tok_hf.c loads it from a
  * tokenizer.json and tok_gpt2.c builds it for GPT2BPETokenizer. */
-#ifndef MC_DATA_TOK_HF_H
-#define MC_DATA_TOK_HF_H
+#ifndef MC_TOKENIZER_TOK_HF_H
+#define MC_TOKENIZER_TOK_HF_H
 
-#include "data/tok_bpe.h"
-#include "data/tok_regex.h"
+#include "tokenizer/tok_bpe.h"
+#include "tokenizer/tok_regex.h"
 
 typedef struct hf_added {
     char *content;

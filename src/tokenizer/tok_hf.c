@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 
 #include "base/error.h"
-#include "data/tok_hf.h"
+#include "tokenizer/tok_hf.h"
 
 #define SPACE_SYM "\xE2\x96\x81" /* U+2581, SentencePiece's visible space */
 

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "data/tok_bpe.h"
+#include "tokenizer/tok_bpe.h"
 
 /* ---- merge loop --------------------------------------------------------------------------- */
 

@@ -6,10 +6,10 @@
  * is keyed by the raw bytes it stands for); char-level models (Llama 2, Mistral) start from
  * one symbol per UTF-8 character, with <0xNN> byte fallback and a (fused) unk for
  * characters outside the vocabulary. */
-#ifndef MC_DATA_TOK_BPE_H
-#define MC_DATA_TOK_BPE_H
+#ifndef MC_TOKENIZER_TOK_BPE_H
+#define MC_TOKENIZER_TOK_BPE_H
 
-#include "data/tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 typedef struct tok_bpe {
     int32_t n_ids;             /* ids 0..n_ids-1 (holes have tok == NULL) */

@@ -1,4 +1,4 @@
-#include "data/byte_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
 
 int64_t mc_byte_tokenizer_encode(const char *text, int64_t n, int32_t *out) {
     const unsigned char *u = (const unsigned char *)text;
