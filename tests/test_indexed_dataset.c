@@ -392,6 +392,41 @@ static void test_npy_matches_numpy(void) {
     unlink(p);
 }
 
+/* Reads a .npy of 16 data bytes whose header says `shape` (a tuple's text) of int32. */
+static int npy_with_shape(const char *shape, mc_npy *a, mc_err *err) {
+    char header[128];
+    int len = snprintf(header, sizeof header, "{'descr': '<i4', 'fortran_order': False, 'shape': %s, }", shape);
+    while ((10 + len + 1) % 64) header[len++] = ' ';
+    header[len++] = '\n';
+    unsigned char file[256] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)len, 0};
+    memcpy(file + 10, header, (size_t)len);
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad.npy", g_tmp);
+    fu_write(path, file, 10 + (size_t)len + 16);
+    int rc = mc_npy_read(path, a, err);
+    unlink(path);
+    return rc;
+}
+
+/* Shapes whose byte count overflows, or whose numbers are outside int64, are refused (the
+ * first once wrapped to 4 elements, which the 16 data bytes matched). */
+static void test_npy_bad_shapes(void) {
+    mc_npy a;
+    mc_err err;
+    CHECK(npy_with_shape("(4, 1)", &a, &err) == MC_OK && a.shape[0] == 4, "%s", err.msg);
+    mc_npy_free(&a);
+    CHECK(npy_with_shape("(4611686018427387905, 4)", &a, &err) == MC_ERR && strstr(err.msg, "bad.npy") &&
+              strstr(err.msg, "overflows"),
+          "%s", err.msg);
+    CHECK(npy_with_shape("(4, 4611686018427387905)", &a, &err) == MC_ERR && strstr(err.msg, "overflows"), "%s",
+          err.msg);
+    CHECK(npy_with_shape("(99999999999999999999,)", &a, &err) == MC_ERR && strstr(err.msg, "unsupported .npy header"),
+          "%s", err.msg);
+    CHECK(npy_with_shape("(-4,)", &a, &err) == MC_ERR, "%s", err.msg);
+    CHECK(npy_with_shape("(0, 9223372036854775807)", &a, &err) == MC_ERR && strstr(err.msg, "16 data bytes"), "%s",
+          err.msg);
+}
+
 static void test_md5_json_float(void) {
     char out[33];
     mc_md5_hex("", 0, out);
@@ -450,6 +485,7 @@ int main(void) {
     RUN(test_builder_errors_and_atomicity);
     RUN(test_bad_files);
     RUN(test_npy_matches_numpy);
+    RUN(test_npy_bad_shapes);
     RUN(test_md5_json_float);
     fu_rmtree(g_tmp);
     free(g_tmp);

@@ -1,6 +1,7 @@
 /* npy.c: numpy's .npy format (numpy.lib.format), the subset the index caches use. */
 #include "data/npy.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,38 +71,40 @@ static const char *npy_field(const char *h, const char *key) {
     return p;
 }
 
-int mc_npy_read(const char *path, mc_npy *out, mc_err *err) {
+/* One dimension of the shape tuple at *p: a decimal integer in [0, INT64_MAX]. */
+static bool npy_parse_dim(const char **p, int64_t *dim) {
+    if (**p < '0' || **p > '9') return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(*p, &end, 10);
+    if (errno == ERANGE) return false;
+    *p = end;
+    *dim = v;
+    return true;
+}
+
+int mc_npy_parse(const void *data, size_t n, const char *path, mc_npy *out, mc_err *err) {
     memset(out, 0, sizeof *out);
-    char *buf;
-    size_t n;
-    MC_TRY(mc_read_file(path, &buf, &n, err));
+    const unsigned char *buf = data;
     static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
     size_t hstart, hlen;
-    if (n < 10 || memcmp(buf, magic, 6) != 0) {
-        free(buf);
-        return mc_err_set(err, "%s: not a .npy file (bad magic)", path);
-    }
-    int major = (unsigned char)buf[6];
+    if (n < 10 || memcmp(buf, magic, 6) != 0) return mc_err_set(err, "%s: not a .npy file (bad magic)", path);
+    int major = buf[6];
     if (major == 1) {
-        hlen = (unsigned char)buf[8] | (size_t)(unsigned char)buf[9] << 8;
+        hlen = buf[8] | (size_t)buf[9] << 8;
         hstart = 10;
     } else if ((major == 2 || major == 3) && n >= 12) {
-        hlen = (unsigned char)buf[8] | (size_t)(unsigned char)buf[9] << 8 | (size_t)(unsigned char)buf[10] << 16 |
-               (size_t)(unsigned char)buf[11] << 24;
+        hlen = buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
         hstart = 12;
     } else {
-        free(buf);
         return mc_err_set(err, "%s: unsupported .npy format version %d", path, major);
     }
-    if (hstart + hlen > n) {
-        free(buf);
-        return mc_err_set(err, "%s: truncated .npy header", path);
-    }
+    if (hlen > n - hstart) return mc_err_set(err, "%s: truncated .npy header", path);
     char *h = mc_xmalloc(hlen + 1);
     memcpy(h, buf + hstart, hlen);
     h[hlen] = 0;
     const char *d = npy_field(h, "descr"), *fo = npy_field(h, "fortran_order"), *sh = npy_field(h, "shape");
-    int ok = d && fo && sh && (*d == '\'' || *d == '"');
+    bool ok = d && fo && sh && (*d == '\'' || *d == '"');
     if (ok) {
         size_t k = 0;
         for (d++; *d && *d != '\'' && *d != '"' && k < sizeof out->descr - 1; d++) out->descr[k++] = *d;
@@ -109,43 +112,57 @@ int mc_npy_read(const char *path, mc_npy *out, mc_err *err) {
         out->itemsize = descr_itemsize(out->descr);
         ok = out->itemsize != 0 && !strncmp(fo, "False", 5) && *sh == '(';
     }
+    bool too_large = false;
     if (ok) {
         const char *p = sh + 1;
         while (*p && *p != ')') {
             while (*p == ' ' || *p == ',') p++;
             if (*p == ')') break;
-            char *end;
-            long long v = strtoll(p, &end, 10);
-            if (end == p || v < 0 || out->ndim == 2) {
-                ok = 0;
+            if (out->ndim == 2 || !npy_parse_dim(&p, &out->shape[out->ndim])) {
+                ok = false;
                 break;
             }
-            out->shape[out->ndim++] = v;
-            p = end;
+            out->ndim++;
         }
         ok = ok && out->ndim >= 1;
     }
     free(h);
-    if (!ok) {
-        free(buf);
+    /* The byte count must fit in size_t without wrapping: a shape such as (2^62 + 1, 4)
+     * would otherwise wrap to a small count that a short data section matches. */
+    size_t bytes = out->itemsize;
+    for (int i = 0; ok && i < out->ndim; i++) {
+        if (out->shape[i] != 0 && bytes > SIZE_MAX / (size_t)out->shape[i]) {
+            too_large = true;
+            break;
+        }
+        bytes *= (size_t)out->shape[i];
+    }
+    if (!ok || too_large) {
         memset(out, 0, sizeof *out);
+        if (too_large) return mc_err_set(err, "%s: the .npy shape's size overflows (corrupt header)", path);
         return mc_err_set(err, "%s: unsupported .npy header (expected a C-order little-endian integer array of 1 or 2 "
                                "dimensions)",
                           path);
     }
-    int64_t count = out->shape[0] * (out->ndim == 2 ? out->shape[1] : 1);
-    size_t bytes = (size_t)count * out->itemsize;
-    if (n - hstart - hlen != bytes) {
-        size_t have = n - hstart - hlen;
-        free(buf);
+    size_t have = n - hstart - hlen;
+    if (have != bytes) {
         memset(out, 0, sizeof *out);
         return mc_err_set(err, "%s: %zu data bytes where the header promises %zu (truncated or corrupt file)", path,
                           have, bytes);
     }
     out->data = mc_xmalloc(bytes ? bytes : 1);
-    memcpy(out->data, buf + hstart + hlen, bytes);
-    free(buf);
+    if (bytes) memcpy(out->data, buf + hstart + hlen, bytes);
     return MC_OK;
+}
+
+int mc_npy_read(const char *path, mc_npy *out, mc_err *err) {
+    memset(out, 0, sizeof *out);
+    char *buf;
+    size_t n;
+    MC_TRY(mc_read_file(path, &buf, &n, err));
+    int rc = mc_npy_parse(buf, n, path, out, err);
+    free(buf);
+    return rc;
 }
 
 void mc_npy_free(mc_npy *a) {

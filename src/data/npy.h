@@ -22,6 +22,8 @@ int mc_npy_write(const char *path, const char *descr, int ndim, const int64_t *s
                  mc_err *err);
 /* numpy.load of a 1-D or 2-D little-endian integer array (format 1.0/2.0/3.0, C order). */
 int mc_npy_read(const char *path, mc_npy *out, mc_err *err);
+/* The same from the n bytes of a file already in memory; errors name `path`. */
+int mc_npy_parse(const void *data, size_t n, const char *path, mc_npy *out, mc_err *err);
 void mc_npy_free(mc_npy *a);
 /* Element i (flat) of an integer array as int64. */
 int64_t mc_npy_get(const mc_npy *a, int64_t i);
