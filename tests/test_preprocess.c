@@ -316,6 +316,22 @@ static void test_skip_bad_lines_and_overwrite(void) {
     CHECK(fu_list(dir, names, sizeof names) == 10, "inputs and two datasets x 2 keys only: %s", names);
 }
 
+/* An empty string value is a part of length 0 that points into the scratch text (a fresh
+ * scratch once gave NULL + 0). */
+static void test_jsonl_empty_string(void) {
+    const char *keys[1] = {"text"};
+    mc_jsonl_scratch sc = {0};
+    mc_jv v;
+    mc_err err;
+    const char *line = "{\"text\": \"\"}";
+    CHECK(mc_jsonl_parse(line, strlen(line), 1, keys, &sc, &v, &err) == MC_OK, "%s", err.msg);
+    CHECK(v.kind == MC_JV_STRING && v.nparts == 1);
+    size_t len = 1;
+    const char *text = v.kind == MC_JV_STRING ? mc_jv_part(&sc, &v, 0, &len) : NULL;
+    CHECK(text != NULL && len == 0);
+    mc_jsonl_scratch_free(&sc);
+}
+
 static void test_merge_datasets(void) {
     char out[600], dir[600], p[700];
     mc_err err;
@@ -365,6 +381,7 @@ int main(void) {
     RUN(test_bad_input);
     RUN(test_skip_bad_lines_and_overwrite);
     RUN(test_merge_datasets);
+    RUN(test_jsonl_empty_string);
     /* Progress lines were written every --log-interval documents. */
     fflush(g_log);
     size_t n;

@@ -415,6 +415,14 @@ static void test_errors(void) {
     const char *unsup = "{\"normalizer\": {\"type\": \"NFKC\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}";
     write_file(p1, unsup, strlen(unsup));
     expect_open_error(&o, "normalizer \"NFKC\" is not supported");
+    /* ids outside int64's range (the cast to int64 was undefined) and beyond int32 */
+    const char *huge = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 1e30}, \"merges\": []}}";
+    write_file(p1, huge, strlen(huge));
+    expect_open_error(&o, "model.vocab[\"a\"] is not a valid id");
+    huge = "{\"added_tokens\": [{\"id\": -1e300, \"content\": \"x\"}], \"model\": {\"type\": \"BPE\", "
+           "\"vocab\": {\"a\": 0}, \"merges\": []}}";
+    write_file(p1, huge, strlen(huge));
+    expect_open_error(&o, "added_tokens");
     const char *uni = "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}";
     write_file(p1, uni, strlen(uni));
     expect_open_error(&o, "model \"Unigram\" is not supported");
@@ -465,6 +473,36 @@ static void test_errors(void) {
     unlink(p1);
     snprintf(p1, sizeof p1, "%s/merges.txt", dir);
     unlink(p1);
+    rmdir(dir);
+}
+
+/* A GPT-2 vocabulary without byte symbols and without an unk token: a word of other
+ * bytes has no ids (as in HF), the first time and from the word cache the second (an empty
+ * cache entry once added 0 to a NULL pointer and memcpy'd from it). */
+static void test_word_without_ids(void) {
+    char dir[] = "/tmp/mc_tok_noidsXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char vocab[512], merges[512];
+    snprintf(vocab, sizeof vocab, "%s/vocab.json", dir);
+    snprintf(merges, sizeof merges, "%s/merges.txt", dir);
+    const char *v = "{\"a\": 0, \"<|endoftext|>\": 1}";
+    write_file(vocab, v, strlen(v));
+    write_file(merges, "#version: 0.2\n", 14);
+    mc_tokenizer_options o = {.type = MC_TOKENIZER_GPT2BPE, .vocab_file = vocab, .merge_file = merges};
+    mc_tokenizer *t = tt_open(&o);
+    mc_tokenizer_scratch *sc = mc_tokenizer_scratch_new(t);
+    mc_ids ids = {0};
+    mc_err e = {{0}};
+    for (int pass = 0; pass < 2; pass++) {
+        ids.len = 0;
+        CHECK(mc_tokenizer_encode(t, sc, "b a b", 5, &ids, &e) == MC_OK, "%s", e.msg);
+        CHECK(ids.len == 1 && ids.data[0] == 0, "pass %d: %lld ids", pass, (long long)ids.len);
+    }
+    mc_ids_free(&ids);
+    mc_tokenizer_scratch_free(sc);
+    mc_tokenizer_free(t);
+    unlink(vocab);
+    unlink(merges);
     rmdir(dir);
 }
 
@@ -548,6 +586,7 @@ int main(void) {
     RUN(test_null_and_byte);
     RUN(test_errors);
     RUN(test_invalid_utf8);
+    RUN(test_word_without_ids);
     RUN(test_fuzz_parsers);
     for (int i = 0; i < 4; i++) {
         mc_tokenizer_free(toks[i].plain);

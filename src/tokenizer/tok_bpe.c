@@ -198,7 +198,7 @@ void tok_cache_put(tok_cache *c, const void *key, size_t len, uint64_t h, const 
                         .n_ids = (uint16_t)n};
     if (n == 1) {
         s.id = ids[0];
-    } else {
+    } else if (n > 1) { /* a word without ids (bytes outside the vocabulary, no unk) stores none */
         if (c->ids_len + n > c->ids_cap) {
             size_t cap = c->ids_cap ? c->ids_cap : 4096;
             while (cap < c->ids_len + n) cap *= 2;
@@ -401,8 +401,7 @@ void tok_bpe_encode_word(const tok_bpe *m, tok_bpe_scratch *s, const uint8_t *w,
     uint64_t h = tok_hash(w, n);
     const tok_cache_slot *cs = tok_cache_get(&s->cache, w, n, h);
     if (cs) {
-        if (cs->n_ids == 1) tok_ids_push(out, cs->id);
-        else tok_ids_append(out, s->cache.ids + cs->id, cs->n_ids);
+        tok_ids_append(out, tok_cache_ids(&s->cache, cs), cs->n_ids);
         return;
     }
     if (m->ignore_merges) { /* a word that is a token is that token (Llama 3) */

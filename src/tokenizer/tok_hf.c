@@ -13,6 +13,7 @@
  * Decode runs the decoders (ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace). Any
  * other component fails at open with its name. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -558,10 +559,12 @@ static bool jbool(const cJSON *o, const char *k, bool def) {
     const cJSON *v = jget(o, k);
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
 }
+/* An integer-valued JSON number inside int64's range, checked before the cast (which is
+ * undefined outside it: an id of 1e30). */
 static int jint(const cJSON *v, int64_t *out) {
     if (!cJSON_IsNumber(v)) return -1;
     double d = v->valuedouble;
-    if (d != (double)(int64_t)d) return -1;
+    if (!(d >= -0x1p63 && d < 0x1p63) || d != (double)(int64_t)d) return -1;
     *out = (int64_t)d;
     return 0;
 }
@@ -713,8 +716,8 @@ static int parse_decoder(loader *L, tok_hf *h, const cJSON *d) {
         dec.kind = HF_DEC_STRIP;
         dec.a = xdup(c);
         dec.alen = strlen(c);
-        dec.start = (int)start;
-        dec.stop = (int)stop;
+        dec.start = start > INT_MAX ? INT_MAX : (int)start; /* more than the text holds strips it all */
+        dec.stop = stop > INT_MAX ? INT_MAX : (int)stop;
     } else if (!strcmp(type, "Metaspace")) {
         dec.kind = HF_DEC_METASPACE;
         MC_TRY(parse_replacement(L, d, dec.repl, &dec.repl_len, "decoder Metaspace"));
@@ -881,7 +884,7 @@ static int parse_added(loader *L, tok_hf *h, const cJSON *list) {
         int64_t id;
         const char *c = jstr(it, "content");
         if (jint(jget(it, "id"), &id) || id < 0 || id >= INT32_MAX || !c)
-            return lerr(L, "added_tokens[%d] needs an \"id\" and a \"content\"", h->n_added);
+            return lerr(L, "added_tokens[%d] needs an \"id\" (an integer from 0 to 2147483646) and a \"content\"", h->n_added);
         if (id >= (int64_t)h->bpe.n_ids + 4 * (int64_t)cJSON_GetArraySize(list) + 65536)
             return lerr(L, "added_tokens[%d]: id %lld is far beyond the vocabulary", h->n_added, (long long)id);
         if (!*c) continue; /* HF ignores empty added tokens */

@@ -254,7 +254,9 @@ static inline const tok_cache_slot *tok_cache_get(const tok_cache *c, const void
         i = (i + 1) & c->mask;
     }
 }
+/* The cached ids of a slot; NULL for a word that has none (c->ids may still be NULL then). */
 static inline const int32_t *tok_cache_ids(const tok_cache *c, const tok_cache_slot *s) {
+    if (s->n_ids == 0) return NULL;
     return s->n_ids == 1 ? &s->id : c->ids + s->id;
 }
 void tok_cache_put(tok_cache *c, const void *key, size_t len, uint64_t h, const int32_t *ids, size_t n);
