@@ -1,9 +1,10 @@
 # Megatron-C: `make` installs what is missing and builds; `make run` trains the demo;
-# `make test` runs every test.
+# `make test` runs every test; `make fuzz` fuzzes every parser (FUZZ_SECONDS each, default
+# 600; scripts/fuzz.sh).
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test fuzz bench clean
 all: build
 
 deps:
@@ -20,5 +21,8 @@ run: build
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1
 
+fuzz:
+	@scripts/fuzz.sh
+
 clean:
-	rm -rf $(BUILD) $(BUILD).cmake.log
+	rm -rf $(BUILD) $(BUILD).cmake.log build-fuzz build-fuzz.cmake.log build-fuzz.build.log
