@@ -420,6 +420,10 @@ static void apply_decoder(const hf_dec *d, strv *sv) {
         for (size_t i = 0; i < sv->n; i++) {
             const char *p = sv->v[i].data;
             size_t n = sv->v[i].len, a = 0, b = n;
+            if (n == 0) { /* an empty string (its data may be NULL) strips to itself */
+                strv_add(&nv);
+                continue;
+            }
             for (int k = 0; k < d->start && b - a >= d->alen && memcmp(p + a, d->a, d->alen) == 0; k++) a += d->alen;
             for (int k = 0; k < d->stop && b - a >= d->alen && memcmp(p + b - d->alen, d->a, d->alen) == 0; k++)
                 b -= d->alen;
