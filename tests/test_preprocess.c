@@ -3,8 +3,9 @@
  * tools/preprocess_data.py writer run with the real tokenizer libraries:
  *   - byte-identical .bin/.idx for NullTokenizer, ByteLevelTokenizer, GPT2BPETokenizer
  *     (uint16) and HuggingFaceTokenizer Llama 3 (int32, with and without its BOS), on a
- *     fixture with empty documents, unicode, JSON escapes, list values (sentences), a
- *     repeated key, CRLF and a missing final newline, two --json-keys;
+ *     fixture with empty documents, unicode, JSON escapes, <|endoftext|> in the text (GPT-2
+ *     splits it out as 50256, inside words and beside spaces and newlines too), list values
+ *     (sentences), a repeated key, CRLF and a missing final newline, two --json-keys;
  *   - the same bytes with 1 or many workers, with --partitions (round-robin, and
  *     --keep-sequential-samples equal to one partition), and from a .jsonl.gz;
  *   - bad input: each a one-line error naming the line, --skip-bad-lines, and no output or

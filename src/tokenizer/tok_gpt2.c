@@ -1,7 +1,13 @@
 /* tok_gpt2.c: GPT2BPETokenizer, Megatron's GPT-2 BPE from --vocab-file (encoder.json) and
- * --merge-file (vocab.bpe): the GPT-2 regex over the text, each piece's bytes through the
- * byte -> unicode map, then BPE. No special-token parsing (Megatron's GPT-2 tokenizer has
- * none: "<|endoftext|>" in the text is plain text); eod = <|endoftext|>. */
+ * --merge-file (vocab.bpe); eod = <|endoftext|>.
+ *
+ * Megatron builds this type as Hugging Face's GPT-2 tokenizer (MegatronHFTokenizer ->
+ * AutoTokenizer "gpt2" with these files) and stores tokenizer(text).input_ids, so its one
+ * special token, <|endoftext|> (bos = eos = unk), is split out of the text before the
+ * pre-tokenizer: the literal becomes id 50256 wherever it stands, inside a word too, and
+ * the text on either side is pre-tokenized on its own (no stripping: "a <|endoftext|> b"
+ * is "a", " ", 50256, " b"). Then, as GPT-2 does, the GPT-2 regex over each piece, its bytes
+ * through the byte -> unicode map, and BPE. No BOS/EOS is added. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +123,12 @@ int tok_open_gpt2(mc_tokenizer *t, const mc_tokenizer_options *opt, mc_err *err)
         tok_hf_free(h);
         return mc_err_set(err, "--vocab-file %s: no \"<|endoftext|>\" token (GPT2BPETokenizer's eod)", opt->vocab_file);
     }
+    /* <|endoftext|> as the added special token HF's GPT-2 tokenizer has (not normalized, no
+     * lstrip/rstrip/single_word) */
+    h->added = mc_xcalloc(1, sizeof *h->added);
+    h->added[0] = (hf_added){.content = mc_xstrdup("<|endoftext|>"), .len = 13, .id = eod, .special = true};
+    h->n_added = 1;
+    h->split_special = opt->split_special_tokens;
     hf_pre *st = &h->pre[h->n_pre++];
     st->kind = HF_PRE_BYTELEVEL;
     st->use_re = true;

@@ -1,6 +1,8 @@
 /* tokenizer.h: the tokenizers of Megatron's --tokenizer-type, behind one interface.
  *
- *   GPT2BPETokenizer        --vocab-file vocab.json --merge-file merges.txt; eod <|endoftext|>
+ *   GPT2BPETokenizer        --vocab-file vocab.json --merge-file merges.txt; eod <|endoftext|>,
+ *                           which is also split out of the text as one token (Megatron's
+ *                           GPT-2 tokenizer is HF's: "a<|endoftext|>b" is a, 50256, b)
  *   HuggingFaceTokenizer    --tokenizer-model path/to/tokenizer.json (or its directory): BPE
  *                           with a byte-level pre-tokenizer (GPT-2, Llama 3) or with
  *                           Metaspace/byte-fallback (Llama 2, Mistral); normalizers,
@@ -40,9 +42,10 @@ typedef struct mc_tokenizer_options {
     const char *vocab_file, *merge_file, *tokenizer_model;
     int vocab_size;              /* NullTokenizer */
     bool hf_include_special_tokens; /* HuggingFaceTokenizer: post-processor tokens (default true) */
-    /* HuggingFaceTokenizer: special-token text in the input is encoded as ordinary text (HF's
-     * split_special_tokens / encode_special_tokens, tiktoken's encode_ordinary). The default
-     * (false) is HF's: "<|eot_id|>" in the text becomes that one token. */
+    /* HuggingFaceTokenizer, GPT2BPETokenizer: special-token text in the input is encoded as
+     * ordinary text (HF's split_special_tokens / encode_special_tokens, tiktoken's
+     * encode_ordinary). The default (false) is HF's and Megatron's: "<|eot_id|>" in the text
+     * becomes that one token. */
     bool split_special_tokens;
 } mc_tokenizer_options;
 
