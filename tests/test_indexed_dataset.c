@@ -350,6 +350,38 @@ static void test_bad_files(void) {
     unlink(p);
 }
 
+/* The token-id range of a .bin: the dtype's, and the ids present, read whole or (past the
+ * byte budget) in windows that include the first and the last token. */
+static void test_token_range(void) {
+    int64_t lo, hi;
+    mc_idx_dtype_range(MC_IDX_DTYPE_UINT16, &lo, &hi);
+    CHECK(lo == 0 && hi == 65535);
+    mc_idx_dtype_range(MC_IDX_DTYPE_INT32, &lo, &hi);
+    CHECK(lo == INT32_MIN && hi == INT32_MAX);
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s/range", g_tmp);
+    int32_t tokens[1000];
+    for (int i = 0; i < 1000; i++) tokens[i] = i % 50;
+    tokens[0] = 700;
+    tokens[999] = 900;
+    mc_indexed_builder *b = NULL;
+    mc_err err;
+    CHECK(mc_indexed_builder_open(&b, prefix, MC_IDX_DTYPE_UINT16, &err) == MC_OK, "%s", err.msg);
+    if (!b) return;
+    CHECK(mc_indexed_builder_add_item(b, tokens, 1000, &err) == MC_OK, "%s", err.msg);
+    mc_indexed_builder_end_document(b);
+    CHECK(mc_indexed_builder_finalize(b, &err) == MC_OK, "%s", err.msg);
+    mc_indexed_dataset *ds = NULL;
+    CHECK(mc_indexed_dataset_open(&ds, prefix, &err) == MC_OK, "%s", err.msg);
+    if (!ds) return;
+    CHECK(mc_indexed_dataset_token_range(ds, 1 << 20, &lo, &hi) && lo == 0 && hi == 900, "%lld %lld", (long long)lo,
+          (long long)hi);
+    /* 64 windows of 2 tokens: not the whole file, but its ends */
+    CHECK(!mc_indexed_dataset_token_range(ds, 64 * 2 * 2, &lo, &hi) && hi == 900, "%lld %lld", (long long)lo,
+          (long long)hi);
+    mc_indexed_dataset_close(ds);
+}
+
 /* ---- .npy, md5, JSON ------------------------------------------------------------------ */
 
 static void test_npy_matches_numpy(void) {
@@ -484,6 +516,7 @@ int main(void) {
     RUN(test_builder_identical);
     RUN(test_builder_errors_and_atomicity);
     RUN(test_bad_files);
+    RUN(test_token_range);
     RUN(test_npy_matches_numpy);
     RUN(test_npy_bad_shapes);
     RUN(test_md5_json_float);
