@@ -73,8 +73,7 @@ static sigset_t g_cleanup_signals;
 static void *cleanup_thread(void *arg) {
     (void)arg;
     int sig;
-    while (sigwait(&g_cleanup_signals, &sig) != 0) {
-    }
+    if (sigwait(&g_cleanup_signals, &sig) != 0) return NULL; /* fails only for an invalid set */
     /* The lock is kept to the end: no writer lists (or creates, for those that list first)
      * a file after the removal. */
     pthread_mutex_lock(&g_cleanup_lock);
@@ -92,12 +91,15 @@ static void *cleanup_thread(void *arg) {
 void mc_cleanup_on_signals(void) {
     sigemptyset(&g_cleanup_signals);
     const int signals[2] = {SIGTERM, SIGINT};
+    int taken = 0;
     for (int i = 0; i < 2; i++) {
         struct sigaction old;
         /* a signal ignored by whoever started us (SIGINT of a background job) stays ignored */
         if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaddset(&g_cleanup_signals, signals[i]);
+        taken++;
     }
+    if (!taken) return;
     MC_ASSERT(pthread_sigmask(SIG_BLOCK, &g_cleanup_signals, NULL) == 0);
     pthread_t t;
     MC_ASSERT(pthread_create(&t, NULL, cleanup_thread, NULL) == 0, "cannot start the signal thread");
