@@ -33,8 +33,7 @@ mkdir -p "$BUILD/logs"
 run_one() {
     local p=$1 log="$BUILD/logs/$1.log"
     mkdir -p "$BUILD/corpus/$p" "tests/fuzz/findings/$p"
-    local before
-    before=$(ls "tests/fuzz/findings/$p" | wc -l)
+    touch "$BUILD/logs/$p.start"
     local start=$(date +%s)
     # stdout of the library (progress lines) is closed; stderr keeps the sanitizers' reports
     OMP_NUM_THREADS=1 "$BUILD/fuzz_$p" -max_total_time="$SECONDS_EACH" -print_final_stats=1 -timeout=30 \
@@ -46,7 +45,10 @@ run_one() {
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
     corp=$(ls "$BUILD/corpus/$p" | wc -l)
-    local found=$(( $(ls "tests/fuzz/findings/$p" | wc -l) - before ))
+    # what libFuzzer saved during this run (crash-, leak-, timeout-, oom-, slow-unit-)
+    local found
+    found=$(find "tests/fuzz/findings/$p" -type f -newer "$BUILD/logs/$p.start" \
+        \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'slow-unit-*' \) | wc -l)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$(date -u +%Y-%m-%d)" "$secs" "${execs:-0}" "${cov:-0}" \
         "${ft:-0}" "$corp" "$found" "$rc" >> "$BUILD/fuzz-summary.tsv"
 }
