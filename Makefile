@@ -1,10 +1,11 @@
 # Megatron-C: `make` installs what is missing and builds; `make run` trains the demo;
-# `make test` runs every test.
+# `make test` runs every test; `make fuzz` fuzzes every parser (FUZZ_SECONDS each, default
+# 600; scripts/fuzz.sh).
 BUILD ?= build
 SHELL := /bin/bash
 JOBS  ?= $(shell nproc)
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test fuzz bench clean
 all: build
 
 deps:
@@ -35,5 +36,8 @@ test: build
 		grep -E "tests passed|tests failed out of" ctest.out | tail -1; \
 	fi; exit $$rc
 
+fuzz:
+	@scripts/fuzz.sh
+
 clean:
-	rm -rf $(BUILD) $(BUILD).cmake.log $(BUILD)-cpu $(BUILD)-cpu.cmake.log
+	rm -rf $(BUILD) $(BUILD).cmake.log $(BUILD)-cpu $(BUILD)-cpu.cmake.log build-fuzz build-fuzz.cmake.log build-fuzz.build.log

@@ -17,7 +17,6 @@
 #include "check.h"
 #include "data/blend.h"
 #include "data/data.h"
-#include "data/index_cache.h"
 #include "fixture_util.h"
 
 #define FIX "tests/fixtures/data/"
@@ -322,6 +321,7 @@ static void test_weighted_blend(void) {
     /* A blend that needs more of a dataset than it has is an error (Megatron: IndexError):
      * idx_c has 10 tokens, not one sample of 33. */
     cfg.data.data_path = "0.5 " FIX "idx_c 0.5 " IDX_A;
+    cfg.model.vocab_size = 100000; /* idx_c holds id 99999 */
     cfg.data.data_cache_path = NULL;
     snprintf(cache, sizeof cache, "%s/cache_over", g_tmp);
     cfg.data.data_cache_path = cache;

@@ -84,6 +84,26 @@ expect too_wide "a model of 2 layers, hidden size 1048576, sequence length 32 an
 expect too_long "a model of 2 layers, hidden size 64, sequence length 100000000 and micro-batch 1 needs" -- train "${HUGE[@]}" --seq-length 100000000
 expect too_large_to_count "is too large to plan: its buffers may exceed 2^60 bytes" -- train "${HUGE[@]}" --num-layers 1000000 --hidden-size 10000000
 
+# Token ids outside the tokenizer's vocabulary (data made with another tokenizer) stop the
+# run at data open instead of reading as zero embeddings.
+TRAIN_DATA=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2
+            --train-iters 2 --lr 1e-3 --device cpu --data-cache-path "$TMP/cache")
+yes '{"text": "1 5 900 999 3 2 7 8 9 10 11 12 13 14 15 16 17 18 19 20"}' | head -n 50 > "$TMP/ids.jsonl"
+"$BIN" preprocess --input "$TMP/ids.jsonl" --output-prefix "$TMP/null1000" --tokenizer-type NullTokenizer \
+    --vocab-size 1000 --workers 1 > /dev/null 2>&1 || { fail=$((fail + 1)); echo "FAIL preprocess for vocab_outside"; }
+expect vocab_outside_null "--data-path $TMP/null1000_text_document: token id 999 in $TMP/null1000_text_document.bin is outside the vocabulary of --tokenizer-type NullTokenizer --vocab-size 128 (128 ids" -- train "${TRAIN_DATA[@]}" --split 100,0,0 --data-path "$TMP/null1000_text_document" --tokenizer-type NullTokenizer --vocab-size 128
+expect vocab_outside_blend "--train-data-path $TMP/null1000_text_document: token id 999" -- train "${TRAIN_DATA[@]}" --train-data-path "$TMP/null1000_text_document" --tokenizer-type NullTokenizer --vocab-size 500
+SHARED=${MC_SHARED_DIR:-../shared}/data
+if [ -f "$SHARED/llama3/tokenizer.json" ] && [ -f "$SHARED/gpt2/gpt2-vocab.json" ]; then
+    printf '{"text": "It is a truth universally acknowledged."}\n{"text": "However little known the feelings."}\n' > "$TMP/text.jsonl"
+    "$BIN" preprocess --input "$TMP/text.jsonl" --output-prefix "$TMP/llama3" --tokenizer-type HuggingFaceTokenizer \
+        --tokenizer-model "$SHARED/llama3/tokenizer.json" --workers 1 > /dev/null 2>&1 ||
+        { fail=$((fail + 1)); echo "FAIL preprocess with Llama 3"; }
+    expect vocab_outside_gpt2 "--data-path $TMP/llama3_text_document: token id 128000 in $TMP/llama3_text_document.bin is outside the vocabulary of --tokenizer-type GPT2BPETokenizer (50257 ids" -- train "${TRAIN_DATA[@]}" --split 100,0,0 --seq-length 4 --data-path "$TMP/llama3_text_document" --tokenizer-type GPT2BPETokenizer --vocab-file "$SHARED/gpt2/gpt2-vocab.json" --merge-file "$SHARED/gpt2/gpt2-merges.txt"
+else
+    echo "SKIP vocab_outside_gpt2: no shared tokenizer data (set MC_SHARED_DIR)"
+fi
+
 # Nothing may be left behind by the failed runs.
 if [ -e "$TMP/ckpt" ]; then
     fail=$((fail + 1))

@@ -7,8 +7,8 @@
 
 #include "check.h"
 #include "data/batch.h"
-#include "data/byte_tokenizer.h"
 #include "data/text_corpus.h"
+#include "tokenizer/byte_tokenizer.h"
 
 /* Parses up to max integers from s into v; returns the count. */
 static int parse_ints(const char *s, long *v, int max) {

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/byte_tokenizer.h"
 #include "data/data.h"
+#include "tokenizer/byte_tokenizer.h"
 
 #define FIX "tests/fixtures/data/"
 

@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/md5.h"
+#include "base/pyjson.h"
 #include "check.h"
-#include "data/index_cache.h"
 #include "data/indexed_dataset.h"
 #include "data/lowlevel.h"
+#include "data/npy.h"
 #include "fixture_util.h"
 
 #define FIX "tests/fixtures/data/"
@@ -348,6 +350,38 @@ static void test_bad_files(void) {
     unlink(p);
 }
 
+/* The token-id range of a .bin: the dtype's, and the ids present, read whole or (past the
+ * byte budget) in windows that include the first and the last token. */
+static void test_token_range(void) {
+    int64_t lo, hi;
+    mc_idx_dtype_range(MC_IDX_DTYPE_UINT16, &lo, &hi);
+    CHECK(lo == 0 && hi == 65535);
+    mc_idx_dtype_range(MC_IDX_DTYPE_INT32, &lo, &hi);
+    CHECK(lo == INT32_MIN && hi == INT32_MAX);
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s/range", g_tmp);
+    int32_t tokens[1000];
+    for (int i = 0; i < 1000; i++) tokens[i] = i % 50;
+    tokens[0] = 700;
+    tokens[999] = 900;
+    mc_indexed_builder *b = NULL;
+    mc_err err;
+    CHECK(mc_indexed_builder_open(&b, prefix, MC_IDX_DTYPE_UINT16, &err) == MC_OK, "%s", err.msg);
+    if (!b) return;
+    CHECK(mc_indexed_builder_add_item(b, tokens, 1000, &err) == MC_OK, "%s", err.msg);
+    mc_indexed_builder_end_document(b);
+    CHECK(mc_indexed_builder_finalize(b, &err) == MC_OK, "%s", err.msg);
+    mc_indexed_dataset *ds = NULL;
+    CHECK(mc_indexed_dataset_open(&ds, prefix, &err) == MC_OK, "%s", err.msg);
+    if (!ds) return;
+    CHECK(mc_indexed_dataset_token_range(ds, 1 << 20, &lo, &hi) && lo == 0 && hi == 900, "%lld %lld", (long long)lo,
+          (long long)hi);
+    /* 64 windows of 2 tokens: not the whole file, but its ends */
+    CHECK(!mc_indexed_dataset_token_range(ds, 64 * 2 * 2, &lo, &hi) && hi == 900, "%lld %lld", (long long)lo,
+          (long long)hi);
+    mc_indexed_dataset_close(ds);
+}
+
 /* ---- .npy, md5, JSON ------------------------------------------------------------------ */
 
 static void test_npy_matches_numpy(void) {
@@ -388,6 +422,41 @@ static void test_npy_matches_numpy(void) {
     mc_npy a;
     CHECK(mc_npy_read(p, &a, &err) == MC_ERR && strstr(err.msg, "truncated"), "%s", err.msg);
     unlink(p);
+}
+
+/* Reads a .npy of 16 data bytes whose header says `shape` (a tuple's text) of int32. */
+static int npy_with_shape(const char *shape, mc_npy *a, mc_err *err) {
+    char header[128];
+    int len = snprintf(header, sizeof header, "{'descr': '<i4', 'fortran_order': False, 'shape': %s, }", shape);
+    while ((10 + len + 1) % 64) header[len++] = ' ';
+    header[len++] = '\n';
+    unsigned char file[256] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)len, 0};
+    memcpy(file + 10, header, (size_t)len);
+    char path[600];
+    snprintf(path, sizeof path, "%s/bad.npy", g_tmp);
+    fu_write(path, file, 10 + (size_t)len + 16);
+    int rc = mc_npy_read(path, a, err);
+    unlink(path);
+    return rc;
+}
+
+/* Shapes whose byte count overflows, or whose numbers are outside int64, are refused (the
+ * first once wrapped to 4 elements, which the 16 data bytes matched). */
+static void test_npy_bad_shapes(void) {
+    mc_npy a;
+    mc_err err;
+    CHECK(npy_with_shape("(4, 1)", &a, &err) == MC_OK && a.shape[0] == 4, "%s", err.msg);
+    mc_npy_free(&a);
+    CHECK(npy_with_shape("(4611686018427387905, 4)", &a, &err) == MC_ERR && strstr(err.msg, "bad.npy") &&
+              strstr(err.msg, "overflows"),
+          "%s", err.msg);
+    CHECK(npy_with_shape("(4, 4611686018427387905)", &a, &err) == MC_ERR && strstr(err.msg, "overflows"), "%s",
+          err.msg);
+    CHECK(npy_with_shape("(99999999999999999999,)", &a, &err) == MC_ERR && strstr(err.msg, "unsupported .npy header"),
+          "%s", err.msg);
+    CHECK(npy_with_shape("(-4,)", &a, &err) == MC_ERR, "%s", err.msg);
+    CHECK(npy_with_shape("(0, 9223372036854775807)", &a, &err) == MC_ERR && strstr(err.msg, "16 data bytes"), "%s",
+          err.msg);
 }
 
 static void test_md5_json_float(void) {
@@ -447,7 +516,9 @@ int main(void) {
     RUN(test_builder_identical);
     RUN(test_builder_errors_and_atomicity);
     RUN(test_bad_files);
+    RUN(test_token_range);
     RUN(test_npy_matches_numpy);
+    RUN(test_npy_bad_shapes);
     RUN(test_md5_json_float);
     fu_rmtree(g_tmp);
     free(g_tmp);

@@ -113,6 +113,10 @@ check "inspect-data --decode adds the text" bash -c "[ \$(grep -c '\"text\": \"'
 "$BIN" inspect-data --data-path 0.3 $FIX/idx_a 0.7 $FIX/idx_b --split 90,10,0 "${NULLTOK[@]}" --seq-length 32 \
     --data-cache-path "$TMP/cache" --num-samples 300 --count 3 >"$TMP/blend.jsonl" 2>/dev/null
 check "inspect-data on a blend names the dataset of each sample" grep -q '"dataset": 1, "dataset_sample": 0' "$TMP/blend.jsonl"
+"$BIN" inspect-data "${DATA[@]}" --split-name train --count 1 >/dev/null 2>"$TMP/log"
+check "inspect-data without a sample count says one epoch, not \"(requested 0)\"" \
+    bash -c "grep -q 'one epoch, as no sample count was requested' '$TMP/log' && ! grep -q 'requested 0' '$TMP/log'"
+check "inspect-data with a sample count says it" bash -c "'$BIN' inspect-data ${DATA[*]} --num-samples $W0 --count 1 2>&1 >/dev/null | grep -q '(requested $W0)'"
 expect inspect_range "outside the" -- inspect-data "${DATA[@]}" --num-samples 10 --start 1000 --count 5
 expect inspect_no_seq "--seq-length is required" -- inspect-data --data-path $FIX/idx_a "${NULLTOK[@]}"
 expect inspect_bad_prefix "no_such" -- inspect-data --data-path $FIX/no_such "${NULLTOK[@]}" --seq-length 32 --data-cache-path "$TMP/cache"

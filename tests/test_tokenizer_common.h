@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define TOK_FIX "tests/fixtures/tokenizer/"
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "data/tok_regex.h"
 #include "test_tokenizer_common.h"
+#include "tokenizer/tok_regex.h"
 
 static double now(void) {
     struct timespec ts;

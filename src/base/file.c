@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,76 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
+/* ---- files removed on SIGTERM / SIGINT -------------------------------------------------- */
+
+static pthread_mutex_t g_cleanup_lock = PTHREAD_MUTEX_INITIALIZER;
+static char **g_cleanup_paths; /* NULL entries are free slots */
+static int g_cleanup_cap;
+
+int mc_cleanup_register(const char *path) {
+    pthread_mutex_lock(&g_cleanup_lock);
+    int slot = 0;
+    while (slot < g_cleanup_cap && g_cleanup_paths[slot]) slot++;
+    if (slot == g_cleanup_cap) {
+        int cap = g_cleanup_cap ? 2 * g_cleanup_cap : 64;
+        g_cleanup_paths = mc_xrealloc(g_cleanup_paths, (size_t)cap * sizeof *g_cleanup_paths);
+        memset(g_cleanup_paths + g_cleanup_cap, 0, (size_t)(cap - g_cleanup_cap) * sizeof *g_cleanup_paths);
+        g_cleanup_cap = cap;
+    }
+    g_cleanup_paths[slot] = mc_xstrdup(path);
+    pthread_mutex_unlock(&g_cleanup_lock);
+    return slot;
+}
+
+void mc_cleanup_unregister(int handle) {
+    if (handle < 0) return;
+    pthread_mutex_lock(&g_cleanup_lock);
+    MC_ASSERT(handle < g_cleanup_cap && g_cleanup_paths[handle], "cleanup handle %d is not registered", handle);
+    free(g_cleanup_paths[handle]);
+    g_cleanup_paths[handle] = NULL;
+    pthread_mutex_unlock(&g_cleanup_lock);
+}
+
+static sigset_t g_cleanup_signals;
+
+static void *cleanup_thread(void *arg) {
+    (void)arg;
+    int sig;
+    if (sigwait(&g_cleanup_signals, &sig) != 0) return NULL; /* fails only for an invalid set */
+    /* The lock is kept to the end: no writer lists (or creates, for those that list first)
+     * a file after the removal. */
+    pthread_mutex_lock(&g_cleanup_lock);
+    for (int i = 0; i < g_cleanup_cap; i++)
+        if (g_cleanup_paths[i]) unlink(g_cleanup_paths[i]);
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig); /* delivered to this thread now, and its default action ends the process */
+    _exit(128 + sig);
+}
+
+void mc_cleanup_on_signals(void) {
+    sigemptyset(&g_cleanup_signals);
+    const int signals[2] = {SIGTERM, SIGINT};
+    int taken = 0;
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        /* a signal ignored by whoever started us (SIGINT of a background job) stays ignored */
+        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaddset(&g_cleanup_signals, signals[i]);
+        taken++;
+    }
+    if (!taken) return;
+    MC_ASSERT(pthread_sigmask(SIG_BLOCK, &g_cleanup_signals, NULL) == 0);
+    pthread_t t;
+    MC_ASSERT(pthread_create(&t, NULL, cleanup_thread, NULL) == 0, "cannot start the signal thread");
+    pthread_detach(t);
+}
+
+/* ---- atomic files ------------------------------------------------------------------------- */
+
 int mc_atomic_file_open(mc_atomic_file *af, const char *path, mc_err *err) {
     static atomic_int counter;
     memset(af, 0, sizeof *af);
@@ -43,9 +115,11 @@ int mc_atomic_file_open(mc_atomic_file *af, const char *path, mc_err *err) {
     af->path = mc_xstrdup(path);
     af->tmp = mc_xmalloc(n);
     snprintf(af->tmp, n, "%s.tmp.%ld.%d", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+    af->cleanup = mc_cleanup_register(af->tmp); /* before the file exists: see mc_cleanup_register */
     int fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
+        mc_cleanup_unregister(af->cleanup);
         char *dir = mc_path_dirname(path);
         struct stat st;
         if (stat(dir, &st) != 0)
@@ -99,6 +173,7 @@ int mc_atomic_file_rename(mc_atomic_file *af, mc_err *err) {
         return MC_ERR;
     }
     sync_parent_dir(af->path);
+    mc_cleanup_unregister(af->cleanup);
     free(af->tmp);
     free(af->path);
     memset(af, 0, sizeof *af);
@@ -112,7 +187,10 @@ int mc_atomic_file_commit(mc_atomic_file *af, mc_err *err) {
 
 void mc_atomic_file_abort(mc_atomic_file *af) {
     if (af->f) fclose(af->f);
-    if (af->tmp) unlink(af->tmp);
+    if (af->tmp) {
+        unlink(af->tmp);
+        mc_cleanup_unregister(af->cleanup);
+    }
     free(af->tmp);
     free(af->path);
     memset(af, 0, sizeof *af);

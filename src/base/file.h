@@ -16,6 +16,7 @@
 typedef struct mc_atomic_file {
     FILE *f;
     char *path, *tmp;
+    int cleanup; /* the temporary's mc_cleanup_register handle */
 } mc_atomic_file;
 
 int mc_atomic_file_open(mc_atomic_file *af, const char *path, mc_err *err);
@@ -30,6 +31,19 @@ int mc_atomic_file_finish(mc_atomic_file *af, mc_err *err);
 int mc_atomic_file_rename(mc_atomic_file *af, mc_err *err);
 
 int mc_write_file_atomic(const char *path, const void *data, size_t n, mc_err *err);
+
+/* Files to remove when the process is ended by SIGTERM or SIGINT. Every open atomic file's
+ * temporary is listed here while it exists; a writer lists the intermediate files it makes
+ * (a path may be listed before the file exists: removing a missing file is harmless).
+ * Register returns a handle for unregister (-1 when the list is full: nothing to undo). */
+int mc_cleanup_register(const char *path);
+void mc_cleanup_unregister(int handle);
+/* From now on SIGTERM and SIGINT remove every listed file, then end the process as the
+ * signal would have (its default action, so the exit status says which signal). Call it
+ * before any thread starts: the signals are blocked in every thread and taken by one
+ * thread of its own, so that the removal runs in ordinary code, not in a handler. A signal
+ * that was ignored when the process started (SIGINT of a background job) stays ignored. */
+void mc_cleanup_on_signals(void);
 /* Reads a whole file (malloc'd, NUL-terminated); errors name the path. */
 int mc_read_file(const char *path, char **data, size_t *n, mc_err *err);
 /* mkdir -p. */

@@ -20,11 +20,12 @@
 
 #include "base/args.h"
 #include "base/error.h"
+#include "base/pyjson.h"
 #include "cli/commands.h"
 #include "data/data.h"
 #include "data/index_cache.h"
-#include "data/tokenizer.h"
 #include "megatron.h"
+#include "tokenizer/tokenizer.h"
 #include "train/flags.h"
 
 typedef struct inspect_args {
@@ -93,8 +94,14 @@ int mc_cmd_inspect_data(int argc, char **argv) {
     const int16_t *di;
     const int64_t *dsi;
     int blended = mc_data_split_blend(d, k, &di, &dsi);
-    fprintf(stderr, "%s: %s split, %lld samples (requested %lld) of %d tokens + 1\n", mc_data_source(d),
-            mc_split_names[k], (long long)len, (long long)want[k], mc_data_seq_length(d));
+    /* No count (no --num-samples, nothing from the training flags) builds one epoch. */
+    char requested[96];
+    if (want[k] > 0)
+        snprintf(requested, sizeof requested, "requested %lld", (long long)want[k]);
+    else
+        snprintf(requested, sizeof requested, "one epoch, as no sample count was requested");
+    fprintf(stderr, "%s: %s split, %lld samples (%s) of %d tokens + 1\n", mc_data_source(d), mc_split_names[k],
+            (long long)len, requested, mc_data_seq_length(d));
     if (a.start > len || a.count > len - a.start) {
         mc_data_close(d);
         mc_die_usage("inspect-data: samples [%lld, %lld) are outside the %lld samples of the %s split",

@@ -10,6 +10,7 @@
 
 #include "base/args.h"
 #include "base/error.h"
+#include "base/file.h"
 #include "cli/commands.h"
 #include "data/preprocess.h"
 
@@ -43,6 +44,7 @@ int mc_cmd_merge_datasets(int argc, char **argv) {
         if (n == (int)(sizeof inputs / sizeof inputs[0])) mc_die_usage("merge-datasets: too many inputs");
         inputs[n++] = p;
     }
+    mc_cleanup_on_signals(); /* SIGTERM / SIGINT remove the temporary .bin/.idx */
     int rc = mc_merge_datasets(inputs, n, a.output_prefix, stdout, &err);
     if (rc != MC_OK) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
     free(a.input);

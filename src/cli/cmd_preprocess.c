@@ -11,6 +11,7 @@
 
 #include "base/args.h"
 #include "base/error.h"
+#include "base/file.h"
 #include "cli/commands.h"
 #include "data/preprocess.h"
 #include "train/flags.h"
@@ -114,6 +115,8 @@ int mc_cmd_preprocess(int argc, char **argv) {
             o.json_keys[o.njson_keys++] = k;
         }
     }
+    /* SIGTERM / SIGINT remove the temporary and partition files before the process ends */
+    mc_cleanup_on_signals();
     int rc = mc_preprocess_run(&o, NULL, &err);
     if (rc != MC_OK) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
     free(a.input);

@@ -8,8 +8,8 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
-#include "data/tokenizer.h"
 #include "megatron.h"
+#include "tokenizer/tokenizer.h"
 #include "train/flags.h"
 
 /* The tokenizer of the training data, for --sample-prompt (encode) and the sample (decode). */

@@ -1,14 +1,19 @@
 #include "data/data.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
+#include "base/md5.h"
 #include "data/blend.h"
-#include "data/byte_tokenizer.h"
 #include "data/index_cache.h"
+#include "data/indexed_dataset.h"
 #include "data/lowlevel.h"
+#include "data/npy.h"
 #include "data/text_corpus.h"
-#include "data/tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* arguments.py's value when --data-path comes without --split (it prints a warning). The
  * text matters: it is part of the cache description. */
@@ -40,6 +45,7 @@ struct mc_data {
     mc_split split_def;
     mc_batch_options opt;
     int vocab_size;
+    char tokenizer_desc[96]; /* the flags that gave vocab_size, for messages */
     int seq_length;
     int cache_loaded, cache_built;
 };
@@ -54,8 +60,30 @@ static int add_lowlevel(mc_data *d, mc_lowlevel *ll, const char *prefix) {
     return d->nll++;
 }
 
-/* The indexed dataset at prefix, opened once however many splits and blends use it. */
-static int open_indexed(mc_data *d, const char *prefix, mc_lowlevel **out, mc_err *err) {
+/* The token ids of an indexed dataset must be inside the tokenizer's vocabulary: an id at
+ * or above it would fall outside the (vocab-parallel) embedding and read as zeros, a wrong
+ * loss without an error (data made by another tokenizer). The dtype settles it when its
+ * range fits the vocabulary; otherwise the .bin is scanned, whole up to 1 GiB, else 1 GiB of
+ * it in evenly spaced windows. */
+#define VOCAB_CHECK_SCAN_BYTES ((size_t)1 << 30)
+
+static int check_token_ids(const mc_data *d, const mc_indexed_dataset *ds, const char *flag, const char *prefix,
+                           mc_err *err) {
+    int64_t lo, hi;
+    mc_idx_dtype_range(ds->dtype, &lo, &hi);
+    if (lo >= 0 && hi < d->vocab_size) return MC_OK;
+    bool whole = mc_indexed_dataset_token_range(ds, VOCAB_CHECK_SCAN_BYTES, &lo, &hi);
+    if (hi < lo || (lo >= 0 && hi < d->vocab_size)) return MC_OK;
+    return mc_err_set(err,
+                      "%s %s: token id %lld in %s.bin is outside the vocabulary of %s (%d ids; %s tokens%s): the "
+                      "data was made with another tokenizer",
+                      flag, prefix, (long long)(lo < 0 ? lo : hi), prefix, d->tokenizer_desc, d->vocab_size,
+                      mc_idx_dtype_name(ds->dtype), whole ? "" : ", a sample of the file read");
+}
+
+/* The indexed dataset at prefix (given by `flag`), opened once however many splits and
+ * blends use it. */
+static int open_indexed(mc_data *d, const char *flag, const char *prefix, mc_lowlevel **out, mc_err *err) {
     for (int i = 0; i < d->nll; i++)
         if (d->ll_prefix[i] && !strcmp(d->ll_prefix[i], prefix)) {
             *out = d->ll[i];
@@ -63,6 +91,10 @@ static int open_indexed(mc_data *d, const char *prefix, mc_lowlevel **out, mc_er
         }
     mc_lowlevel *ll;
     MC_TRY(mc_lowlevel_open_indexed(&ll, prefix, err));
+    if (check_token_ids(d, mc_lowlevel_indexed(ll), flag, prefix, err) != MC_OK) {
+        mc_lowlevel_close(ll);
+        return MC_ERR;
+    }
     add_lowlevel(d, ll, prefix);
     *out = ll;
     return MC_OK;
@@ -143,10 +175,13 @@ static int tokenizer_vocab_eod(mc_data *d, const mc_config *cfg, mc_err *err) {
                               cfg->model.vocab_size);
         d->vocab_size = cfg->model.vocab_size;
         d->opt.eod = cfg->model.vocab_size - 1;
+        snprintf(d->tokenizer_desc, sizeof d->tokenizer_desc, "--tokenizer-type NullTokenizer --vocab-size %d",
+                 d->vocab_size);
         return MC_OK;
     case MC_TOKENIZER_BYTE:
         d->vocab_size = MC_BYTE_TOKENIZER_VOCAB;
         d->opt.eod = MC_BYTE_TOKENIZER_EOD;
+        snprintf(d->tokenizer_desc, sizeof d->tokenizer_desc, "--tokenizer-type ByteLevelTokenizer");
         return MC_OK;
     default: {
         mc_tokenizer_options o = {.type = dc->tokenizer_type,
@@ -159,6 +194,7 @@ static int tokenizer_vocab_eod(mc_data *d, const mc_config *cfg, mc_err *err) {
         MC_TRY(mc_tokenizer_open(&t, &o, err));
         d->vocab_size = mc_tokenizer_vocab_size(t);
         d->opt.eod = mc_tokenizer_eod(t);
+        snprintf(d->tokenizer_desc, sizeof d->tokenizer_desc, "--tokenizer-type %s", mc_tokenizer_name(t));
         mc_tokenizer_free(t);
         return MC_OK;
     }
@@ -311,13 +347,16 @@ done:
  * gives each prefix's sequence range for k; per-split blends use all of every prefix. */
 static int build_split_from_blend(mc_data *d, const build_ctx *c, const mc_blend_spec *spec, int k, bool per_split,
                                   mc_err *err) {
+    static const char *const split_flags[MC_NUM_SPLITS] = {"--train-data-path", "--valid-data-path",
+                                                           "--test-data-path"};
+    const char *flag = per_split ? split_flags[k] : "--data-path";
     split_source *s = &d->split[k];
     int64_t target = c->want[k];
     /* A single prefix without weights is a plain GPTDataset (per-split blends ignore the
      * weight of a single prefix too). */
     if (spec->n == 1 && (!spec->weights || per_split)) {
         mc_lowlevel *ll;
-        MC_TRY(open_indexed(d, spec->prefixes[0], &ll, err));
+        MC_TRY(open_indexed(d, flag, spec->prefixes[0], &ll, err));
         int64_t b = 0, e = ll->num_sequences;
         if (!per_split) mc_split_range(c->split_def, k, ll->num_sequences, &b, &e);
         int g;
@@ -343,7 +382,7 @@ static int build_split_from_blend(mc_data *d, const build_ctx *c, const mc_blend
     }
     for (int i = 0; i < spec->n; i++) {
         mc_lowlevel *ll;
-        if (open_indexed(d, spec->prefixes[i], &ll, err) != MC_OK) goto done;
+        if (open_indexed(d, flag, spec->prefixes[i], &ll, err) != MC_OK) goto done;
         int64_t b = 0, e = ll->num_sequences;
         if (!per_split) mc_split_range(c->split_def, k, ll->num_sequences, &b, &e);
         int g;

@@ -47,7 +47,11 @@ typedef struct mc_data mc_data;
  *                                one blend per split, each used whole (no --split).
  * The .bin/.idx sources need --tokenizer-type for the vocabulary and the EOD id
  * (NullTokenizer: --vocab-size V, eod V-1; ByteLevelTokenizer: 257/256; the others are
- * opened from their files). A num_samples < 0 builds one epoch (Megatron's None), 0 too
+ * opened from their files). Every .bin's token ids must lie inside that vocabulary (data
+ * made by another tokenizer is an error naming the flag, the file and the id; unlike
+ * Megatron, which reads such ids as zero embeddings or fails on the device): settled by the
+ * .idx dtype where its range fits, else by a scan of the .bin, bounded to 1 GiB of it.
+ * A num_samples < 0 builds one epoch (Megatron's None), 0 too
  * (Megatron's 0 gives one epoch as well, but the cache descriptions differ).
  *
  * Index cache: GPT datasets over .bin/.idx save and reuse Megatron's cache files

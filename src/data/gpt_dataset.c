@@ -3,7 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
+#include "base/md5.h"
 #include "data/index_cache.h"
+#include "data/npy.h"
 #include "data/numpy_rng.h"
 
 /* add_extra_token_to_sequence: each sample reads one token more than seq_length so that

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/index_cache.h"
+#include "base/file.h"
 
 static const unsigned char k_magic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 
@@ -30,6 +30,17 @@ size_t mc_idx_dtype_size(int code) {
 const char *mc_idx_dtype_name(int code) {
     static const char *const names[] = {"?", "uint8", "int8", "int16", "int32", "int64", "float64", "float32", "uint16"};
     return code >= 1 && code <= 8 ? names[code] : "?";
+}
+
+void mc_idx_dtype_range(int code, int64_t *lo, int64_t *hi) {
+    switch (code) {
+    case MC_IDX_DTYPE_UINT8: *lo = 0, *hi = UINT8_MAX; break;
+    case MC_IDX_DTYPE_INT8: *lo = INT8_MIN, *hi = INT8_MAX; break;
+    case MC_IDX_DTYPE_INT16: *lo = INT16_MIN, *hi = INT16_MAX; break;
+    case MC_IDX_DTYPE_UINT16: *lo = 0, *hi = UINT16_MAX; break;
+    case MC_IDX_DTYPE_INT32: *lo = INT32_MIN, *hi = INT32_MAX; break;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; break;
+    }
 }
 
 int mc_idx_optimal_dtype(int64_t vocab_size) {
@@ -259,6 +270,49 @@ void mc_indexed_dataset_read(const mc_indexed_dataset *ds, int64_t i, int64_t of
         break;
     default: MC_ASSERT(0, "dtype %d", ds->dtype);
     }
+}
+
+/* Min and max of n tokens at p (any alignment: the .bin of an int32 dataset is aligned,
+ * a window start need not be). */
+#define TOKEN_RANGE(type)                                      \
+    do {                                                       \
+        for (size_t k = 0; k < n; k++) {                       \
+            type v;                                            \
+            memcpy(&v, p + k * sizeof v, sizeof v);            \
+            if (v < *lo) *lo = v;                              \
+            if (v > *hi) *hi = v;                              \
+        }                                                      \
+    } while (0)
+
+static void token_range(int code, const unsigned char *p, size_t n, int64_t *lo, int64_t *hi) {
+    switch (code) {
+    case MC_IDX_DTYPE_UINT8: TOKEN_RANGE(uint8_t); break;
+    case MC_IDX_DTYPE_INT8: TOKEN_RANGE(int8_t); break;
+    case MC_IDX_DTYPE_INT16: TOKEN_RANGE(int16_t); break;
+    case MC_IDX_DTYPE_UINT16: TOKEN_RANGE(uint16_t); break;
+    case MC_IDX_DTYPE_INT32: TOKEN_RANGE(int32_t); break;
+    default: TOKEN_RANGE(int64_t); break;
+    }
+}
+#undef TOKEN_RANGE
+
+bool mc_indexed_dataset_token_range(const mc_indexed_dataset *ds, size_t max_scan_bytes, int64_t *lo, int64_t *hi) {
+    *lo = INT64_MAX;
+    *hi = INT64_MIN;
+    size_t tokens = ds->bin_size / ds->itemsize;
+    bool whole = tokens * ds->itemsize <= max_scan_bytes;
+    if (whole) {
+        token_range(ds->dtype, ds->bin, tokens, lo, hi);
+    } else {
+        const size_t windows = 64, per_window = max_scan_bytes / windows / ds->itemsize;
+        for (size_t w = 0; w < windows; w++) {
+            /* window w starts at token w/(windows-1) of the way, so the first and last tokens are read */
+            size_t start = (size_t)((double)(tokens - per_window) * (double)w / (double)(windows - 1));
+            token_range(ds->dtype, ds->bin + start * ds->itemsize, per_window, lo, hi);
+        }
+    }
+    if (tokens == 0) *lo = 0, *hi = -1;
+    return whole;
 }
 
 /* ---- builder ---------------------------------------------------------------------------- */

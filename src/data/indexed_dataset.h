@@ -84,6 +84,12 @@ int64_t mc_indexed_dataset_doc_index(const mc_indexed_dataset *ds, int64_t k);
 /* Tokens [offset, offset + count) of sequence i, widened to int32 (the caller keeps
  * offset + count <= lengths[i]). Does not allocate. */
 void mc_indexed_dataset_read(const mc_indexed_dataset *ds, int64_t i, int64_t offset, int64_t count, int32_t *out);
+/* The ids a token of dtype `code` can hold, [*lo, *hi]. */
+void mc_idx_dtype_range(int code, int64_t *lo, int64_t *hi);
+/* The smallest and largest token id in the .bin (0 and -1 when it is empty): all of it
+ * when it has at most max_scan_bytes, else max_scan_bytes read in evenly spaced windows
+ * (a bound on the time a large file costs). Returns whether every token was read. */
+bool mc_indexed_dataset_token_range(const mc_indexed_dataset *ds, size_t max_scan_bytes, int64_t *lo, int64_t *hi);
 
 /* ---- builder ---------------------------------------------------------------------------- */
 

@@ -536,6 +536,10 @@ static int parse_value(parser *p, mc_jv *v) {
 int mc_jsonl_parse(const char *line, size_t len, int nkeys, const char *const *keys, mc_jsonl_scratch *s,
                    mc_jv *vals, mc_err *err) {
     parser p = {.s = (const unsigned char *)line, .n = len, .sc = s, .err = err};
+    if (!s->text) { /* so that the part of an empty string ("text": "") is text + 0, not NULL + 0 */
+        s->cap = 4096;
+        s->text = mc_xmalloc(s->cap);
+    }
     s->len = 0;
     s->nparts = 0;
     for (int k = 0; k < nkeys; k++) memset(&vals[k], 0, sizeof vals[k]);

@@ -56,7 +56,8 @@ int mc_lowlevel_open_memory(mc_lowlevel **out, const int32_t *tokens, const int6
                             int64_t num_docs, bool take_ownership, mc_err *err);
 
 /* The Megatron indexed dataset PREFIX.bin/.idx (validated at open; errors name the file).
- * Token ids are not range-checked against a vocabulary, as in Megatron. */
+ * Token ids are not range-checked here; mc_data_open checks them against the tokenizer's
+ * vocabulary (data.h). */
 struct mc_indexed_dataset;
 int mc_lowlevel_open_indexed(mc_lowlevel **out, const char *prefix, mc_err *err);
 /* The indexed dataset behind an "indexed" source, NULL for other kinds. */

@@ -10,7 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/index_cache.h"
+#include "base/file.h"
+#include "base/pyjson.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
 
@@ -480,6 +481,15 @@ static void remove_dataset(const char *prefix) {
     free(p);
 }
 
+/* Lists the .bin and .idx of a partition dataset for removal on SIGTERM/SIGINT. */
+static void register_dataset(const char *prefix, int handles[2]) {
+    for (int e = 0; e < 2; e++) {
+        char *p = mc_indexed_path(prefix, e ? ".idx" : ".bin");
+        handles[e] = mc_cleanup_register(p);
+        free(p);
+    }
+}
+
 /* Splits the input files into P partition files as preprocess_data.py does. */
 static int write_partitions(const mc_preprocess_options *opt, char **files, size_t nfiles, char **part_paths, int P,
                             int64_t *part_lines, mc_err *err) {
@@ -605,6 +615,7 @@ int mc_preprocess_run(const mc_preprocess_options *opt, mc_preprocess_stats *sta
     job *jobs = mc_xcalloc((size_t)P, sizeof *jobs);
     char **part_inputs = NULL, **part_outputs = NULL;
     int64_t *part_lines = NULL;
+    int *part_cleanup = NULL; /* per partition: its input, then .bin and .idx of each key */
     bool partitions_written = false;
     if (opt->append_eod && eod < 0) {
         mc_err_set(err, "--append-eod: the %s has no end-of-document token", mc_tokenizer_name(tok));
@@ -639,6 +650,7 @@ int mc_preprocess_run(const mc_preprocess_options *opt, mc_preprocess_stats *sta
         part_inputs = mc_xcalloc((size_t)P, sizeof *part_inputs);
         part_outputs = mc_xcalloc((size_t)P, sizeof *part_outputs);
         part_lines = mc_xcalloc((size_t)P, sizeof *part_lines);
+        part_cleanup = mc_xmalloc((size_t)P * (size_t)(1 + 2 * nkeys) * sizeof *part_cleanup);
         for (int i = 0; i < P; i++) {
             mc_strbuf b = {0};
             mc_strbuf_printf(&b, "%s.partition-%d.jsonl.tmp%ld", opt->output_prefix, i, (long)getpid());
@@ -646,6 +658,13 @@ int mc_preprocess_run(const mc_preprocess_options *opt, mc_preprocess_stats *sta
             mc_strbuf o = {0};
             mc_strbuf_printf(&o, "%s_%d", opt->output_prefix, i);
             part_outputs[i] = o.s;
+            int *handles = part_cleanup + (size_t)i * (size_t)(1 + 2 * nkeys);
+            handles[0] = mc_cleanup_register(part_inputs[i]);
+            for (int k = 0; k < nkeys; k++) {
+                char *part = mc_preprocess_key_prefix(part_outputs[i], keys[k]);
+                register_dataset(part, handles + 1 + 2 * k);
+                free(part);
+            }
         }
         partitions_written = true;
         if (write_partitions(opt, files, nfiles, part_inputs, P, part_lines, err) != MC_OK) goto done;
@@ -730,8 +749,11 @@ done:
                 remove_dataset(part);
                 free(part);
             }
+            for (int h = 0; h < 1 + 2 * nkeys; h++)
+                mc_cleanup_unregister(part_cleanup[(size_t)i * (size_t)(1 + 2 * nkeys) + h]);
         }
     }
+    free(part_cleanup);
     for (int i = 0; part_inputs && i < P; i++) {
         free(part_inputs[i]);
         free(part_outputs[i]);

@@ -42,7 +42,7 @@
 #include <stdio.h>
 
 #include "base/error.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define MC_PREPROCESS_MAX_KEYS 16
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/byte_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
 
 static bool line_is_blank(const char *s, int64_t n) {
     for (int64_t i = 0; i < n; i++)

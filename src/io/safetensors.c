@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -661,43 +663,6 @@ static int st_order_cmp(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static int st_write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        size_t chunk = n > (1u << 30) ? (1u << 30) : n;
-        ssize_t k = write(fd, p, chunk);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (k == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* fsync of the directory holding `path`, so that the rename itself is durable. */
-static void st_sync_parent_dir(const char *path) {
-    char *dir = mc_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = 0;
-    else if (slash)
-        *slash = 0;
-    else
-        strcpy(dir, ".");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd); /* best effort: some filesystems refuse fsync on directories */
-        close(fd);
-    }
-    free(dir);
-}
-
 int mc_safetensors_writer_save(mc_safetensors_writer *w, const char *path, mc_err *err) {
     st_order_key *keys = mc_xmalloc(((size_t)w->count + 1) * sizeof(st_order_key));
     for (int i = 0; i < w->count; i++)
@@ -736,45 +701,16 @@ int mc_safetensors_writer_save(mc_safetensors_writer *w, const char *path, mc_er
     while (h.len % 8) sb_puts(&h, " ");
     uint64_t hlen = h.len;
 
-    size_t tmp_size = strlen(path) + 32;
-    char *tmp = mc_xmalloc(tmp_size);
-    snprintf(tmp, tmp_size, "%s.tmp.%ld", path, (long)getpid());
-    int rc = MC_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = mc_err_set(err, "%s: cannot create temporary file %s: %s", path, tmp, strerror(errno));
-        goto done;
-    }
-    const char *what = "write";
-    bool ok = st_write_all(fd, &hlen, 8) == 0 && st_write_all(fd, h.s, h.len) == 0;
-    for (int k = 0; ok && k < w->count; k++) {
+    mc_atomic_file af;
+    int rc = mc_atomic_file_open(&af, path, err);
+    if (rc == MC_OK) rc = mc_atomic_file_write(&af, &hlen, 8, err);
+    if (rc == MC_OK) rc = mc_atomic_file_write(&af, h.s, h.len, err);
+    for (int k = 0; rc == MC_OK && k < w->count; k++) {
         const st_entry *e = &w->entries[order[k]];
-        if (e->nbytes) ok = st_write_all(fd, e->data, e->nbytes) == 0;
+        rc = mc_atomic_file_write(&af, e->data, e->nbytes, err);
     }
-    if (ok && fsync(fd) != 0) {
-        what = "fsync";
-        ok = false;
-    }
-    int saved_errno = errno;
-    if (close(fd) != 0 && ok) {
-        saved_errno = errno;
-        what = "close";
-        ok = false;
-    }
-    if (ok && rename(tmp, path) != 0) {
-        saved_errno = errno;
-        what = "rename";
-        ok = false;
-    }
-    if (!ok) {
-        unlink(tmp);
-        rc = mc_err_set(err, "%s: %s failed while saving safetensors: %s (left unchanged)", path, what,
-                        strerror(saved_errno));
-        goto done;
-    }
-    st_sync_parent_dir(path);
-done:
-    free(tmp);
+    if (rc == MC_OK) rc = mc_atomic_file_commit(&af, err);
+    else mc_atomic_file_abort(&af); /* removes the temporary file; a no-op when open failed */
     free(h.s);
     free(order);
     return rc;

@@ -13,9 +13,9 @@
  *
  * The writer lays tensors out as the official one does (by dtype alignment, largest first,
  * then by name; header padded with spaces to a multiple of 8 bytes, so every tensor starts
- * aligned to its element size) and replaces the target atomically: it writes
- * `path.tmp.<pid>`, fsyncs, renames over `path`; on any failure the temporary file is
- * removed and an existing `path` is left untouched.
+ * aligned to its element size) and replaces the target atomically with base/file.h's
+ * mc_atomic_file: it writes `path.tmp.<pid>.<n>`, fsyncs, renames over `path`; on any
+ * failure the temporary file is removed and an existing `path` is left untouched.
  *
  * Host byte order must be little-endian (x86-64, aarch64), as the format's. */
 #ifndef MC_IO_SAFETENSORS_H

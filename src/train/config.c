@@ -8,8 +8,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "megatron.h"
-#include "data/tokenizer.h"
 #include "optim/lr_schedule.h"
+#include "tokenizer/tokenizer.h"
 
 void mc_config_init(mc_config *c) {
     memset(c, 0, sizeof *c);

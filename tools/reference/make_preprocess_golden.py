@@ -17,8 +17,10 @@ A restatement, written from the description of preprocess_data.py and indexed_da
 
 Tokenizers (the libraries Megatron's tokenizers wrap):
   - GPT2BPETokenizer: BPE from gpt2-vocab.json / gpt2-merges.txt with GPT-2's byte-level
-    pre-tokenizer, through Hugging Face `tokenizers` (Megatron's gpt2_tokenization.py
-    implements the same algorithm); eod = <|endoftext|> = 50256; vocab 50257 -> uint16.
+    pre-tokenizer and <|endoftext|> as a special added token, through Hugging Face
+    `tokenizers` (Megatron's GPT2BPETokenizer is HF's GPT-2 tokenizer, whose
+    tokenizer(text).input_ids split the literal <|endoftext|> out of the text: see
+    make_gpt2_special_cases.py); eod = <|endoftext|> = 50256; vocab 50257 -> uint16.
   - HuggingFaceTokenizer (Llama 3): tokenizers.Tokenizer.from_file(tokenizer.json)
     .encode(text).ids, which includes the post-processor's <|begin_of_text|> as Megatron's
     `tokenizer(text).input_ids` does; eod = eos = <|end_of_text|> = 128001; vocab
@@ -73,6 +75,8 @@ DOC_LINES = [
     ('{"text": "first", "meta": {"a": [1, 2.5e3, {"b": null}], "c": NaN}, "text": "second wins", '
      '"title": "dup"}', "\n"),
     (json.dumps({"text": "<|endoftext|> and <|end_of_text|> as text", "title": "specials"}), "\n"),
+    (json.dumps({"text": "a word<|endoftext|>inside, beside spaces <|endoftext|> and\n<|endoftext|>\nnewlines",
+                 "title": "end<|endoftext|>"}), "\n"),
     (json.dumps({"title": "no trailing newline", "text": "The end."}), ""),
 ]
 
@@ -198,6 +202,7 @@ def main():
     gpt2 = Tokenizer(BPE.from_file(os.path.join(data, "gpt2", "gpt2-vocab.json"),
                                    os.path.join(data, "gpt2", "gpt2-merges.txt")))
     gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    gpt2.add_special_tokens(["<|endoftext|>"])
     preprocess(docs, os.path.join(exp, "gpt2"), keys, lambda t: gpt2.encode(t).ids, 50256, 50257, True)
 
     llama3 = Tokenizer.from_file(os.path.join(data, "llama3", "tokenizer.json"))

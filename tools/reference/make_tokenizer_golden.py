@@ -3,7 +3,7 @@
 
     python3 tools/reference/make_tokenizer_golden.py              # writes tests/fixtures/tokenizer/*
     python3 tools/reference/make_tokenizer_golden.py dump NAME DOC  # reference ids of one document
-    python3 tools/reference/make_tokenizer_golden.py unicode      # prints src/data/tok_unicode_table.h
+    python3 tools/reference/make_tokenizer_golden.py unicode      # prints src/tokenizer/tok_unicode_table.h
 
 Needs `pip install tokenizers==0.23.2 sentencepiece` (and `unicodedata2==16.0.0` for the
 `unicode` subcommand); reads ../shared/data (MC_SHARED_DIR overrides). Deterministic: the
@@ -14,7 +14,8 @@ the token count, a 64-bit FNV-1a hash of the ids (each id as 4 little-endian byt
 low 32 bits of that hash for every 1024-id block (to locate a first difference), so the
 test compares every id without the fixture storing them:
   gpt2     the GPT-2 BPE from gpt2-vocab.json + gpt2-merges.txt with the ByteLevel
-           pre-tokenizer (what Megatron's GPT2BPETokenizer computes); no special tokens
+           pre-tokenizer (what Megatron's GPT2BPETokenizer computes: Austen holds no
+           <|endoftext|>, which it would split out as 50256)
   llama3   Tokenizer.from_file(llama3/tokenizer.json).encode(text).ids: WITH the BOS that
            the post-processor adds, as Megatron's HuggingFaceTokenizer stores it
   llama2, mistral   the same for those tokenizer.json files (with <s>)
