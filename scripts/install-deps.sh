@@ -18,6 +18,24 @@ command -v cmake  >/dev/null || need+=(cmake)
 command -v gcc    >/dev/null || need+=(gcc)
 command -v make   >/dev/null || need+=(make)
 gcc -fopenmp -x c -o /dev/null - <<<'int main(void){return 0;}' >/dev/null 2>&1 || need+=(libgomp1)
+# The cuDNN frontend's headers (cuDNN's fused attention, src/backend/cuda/attention_cudnn.cu),
+# only where CUDA code is built: header-only, from its PyPI package (NVIDIA ships them there),
+# into .deps/cudnn-frontend. Without them the build says so and uses our own kernels.
+CUDNN_FE_VERSION=1.32.0
+fe_dir="$(dirname "$0")/../.deps/cudnn-frontend"
+if command -v nvcc >/dev/null && [ ! -e "$fe_dir/include/cudnn_frontend.h" ]; then
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" \
+           >/dev/null 2>&1 && mkdir -p "$fe_dir" && python3 -c "
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('include/')])" "$tmp"/*.whl "$fe_dir"; then
+        echo "install-deps: cuDNN frontend $CUDNN_FE_VERSION headers in .deps/cudnn-frontend"
+    else
+        echo "install-deps: warning: could not fetch the cuDNN frontend headers (pip, PyPI): building without cuDNN attention"
+    fi
+    rm -rf "$tmp"
+fi
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "install-deps: installing ${need[*]}"
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

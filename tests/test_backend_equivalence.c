@@ -1192,19 +1192,24 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     mc_tensor cdo = mk1(cpu, F32, dout, nout), cdq = mk1(cpu, F32, NULL, nqkv);
     mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gl = mk1(gpu, F32, NULL, nlse);
     mc_tensor gdo = mk1(gpu, dt, dout, nout), gdq = mk1(gpu, dt, NULL, nqkv), gdq2 = mk1(gpu, dt, NULL, nqkv);
-    mc_tensor gdq3 = mk1(gpu, dt, NULL, nqkv);
+    mc_tensor gdq3 = mk1(gpu, dt, NULL, nqkv), gdq4 = mk1(gpu, dt, NULL, nqkv);
     /* dbias += dqkv's column sums, from a nonzero start */
     int64_t width = (int64_t)(a->heads + 2 * a->groups) * a->d;
     float *bias0 = rnd(width, 0.1f);
     mc_tensor cdb = mk1(cpu, F32, bias0, width), gdb = mk1(gpu, F32, bias0, width), gdb2 = mk1(gpu, F32, bias0, width);
+    mc_tensor gdb3 = mk1(gpu, F32, bias0, width);
     mc_op_attention_fwd(cpu, &co, &cl, &cq, &cd);
     mc_op_attention_bwd(cpu, &cdq, &cdb, &cdo, &cq, &co, &cl, &cd);
     mc_op_attention_fwd(gpu, &go, &gl, &gq, &gd);
-    /* backward from the GPU's own forward output (as in training), three times: with the
-     * column sums, without (dqkv the same bits), with them again (dbias the same bits) */
+    /* backward from the GPU's own forward output (as in training): once as training runs by
+     * default (atomics allowed), then deterministic three times: with the column sums,
+     * without (dqkv the same bits), with them again (dbias the same bits) */
+    mc_attn_desc gdd = gd;
+    gdd.deterministic = true;
     mc_op_attention_bwd(gpu, &gdq, &gdb, &gdo, &gq, &go, &gl, &gd);
-    mc_op_attention_bwd(gpu, &gdq2, NULL, &gdo, &gq, &go, &gl, &gd);
-    mc_op_attention_bwd(gpu, &gdq3, &gdb2, &gdo, &gq, &go, &gl, &gd);
+    mc_op_attention_bwd(gpu, &gdq2, &gdb2, &gdo, &gq, &go, &gl, &gdd);
+    mc_op_attention_bwd(gpu, &gdq3, NULL, &gdo, &gq, &go, &gl, &gdd);
+    mc_op_attention_bwd(gpu, &gdq4, &gdb3, &gdo, &gq, &go, &gl, &gdd);
     char tag[96], what[160];
     snprintf(tag, sizeof tag, "attention S=%lld B=%lld h=%d/g=%d d=%d%s%s%s", (long long)S, (long long)B, a->heads,
              a->groups, a->d, a->seg ? " seg" : "", a->dropout > 0 ? " drop" : "", a->rot > 0 ? " +rope bwd" : "");
@@ -1212,13 +1217,17 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     cmp(what, dt, dl(gpu, &go), co.data, nout);
     snprintf(what, sizeof what, "%s lse (F32)", tag);
     cmp(what, dt, dl(gpu, &gl), cl.data, nlse);
-    float *d1 = dl(gpu, &gdq), *d2 = dl(gpu, &gdq2);
+    float *d0 = dl(gpu, &gdq), *d1 = dl(gpu, &gdq2), *d2 = dl(gpu, &gdq3), *d3 = dl(gpu, &gdq4);
     snprintf(what, sizeof what, "%s dqkv", tag);
+    cmp(what, dt, d0, cdq.data, nqkv);
+    snprintf(what, sizeof what, "%s dqkv (deterministic)", tag);
     cmp(what, dt, d1, cdq.data, nqkv);
     snprintf(what, sizeof what, "%s bwd determinism (%s)", tag, mc_dtype_name(dt));
     same_bits(what, d1, d2, (size_t)nqkv * 4);
-    float *b1 = dl(gpu, &gdb), *b2 = dl(gpu, &gdb2);
+    same_bits(what, d1, d3, (size_t)nqkv * 4);
+    float *b0 = dl(gpu, &gdb), *b1 = dl(gpu, &gdb2), *b2 = dl(gpu, &gdb3);
     snprintf(what, sizeof what, "%s dbias", tag);
+    cmp(what, dt, b0, cdb.data, width);
     cmp(what, dt, b1, cdb.data, width);
     snprintf(what, sizeof what, "%s dbias determinism (%s)", tag, mc_dtype_name(dt));
     same_bits(what, b1, b2, (size_t)width * 4);
@@ -1234,6 +1243,12 @@ static void test_attention(void) {
         {130, 2, 4, 2, 64, 0.0f, false, 64}, /* rope's backward: dQ rotated by its store on the wgmma path */
         {67, 2, 4, 2, 64, 0.1f, false, 64},  /* the same where the rope kernel rotates it all */
         {67, 2, 4, 2, 64, 0.0f, false, 32},  /* partial rotary */
+        /* head_dim 128, the Llama 2/3 heads (on cuDNN's attention where it is present, else
+         * ours): GQA, MHA, rope's backward, and a longer sequence */
+        {200, 2, 8, 2, 128, 0.0f, false},
+        {133, 2, 4, 4, 128, 0.0f, false},
+        {130, 1, 4, 1, 128, 0.0f, false, 128},
+        {1024, 1, 4, 1, 128, 0.0f, false},
     };
     for (int k = 0; k < NDTYPES; k++)
         for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) attention_case(&cfgs[c], k_dtypes[k]);

@@ -92,14 +92,16 @@ static int train(mc_config *c, int steps, double *losses, double *norms) {
     return 0;
 }
 
-static void repeat_bitwise(model_fn model, mc_device_choice dev, precision p) {
+/* dropout > 0: its draws must replay too; 0 lets the GPU take cuDNN's attention, whose
+ * deterministic backward is then what is checked. */
+static void repeat_bitwise_dropout(model_fn model, mc_device_choice dev, precision p, float dropout) {
     mc_config c;
     model(&c);
     c.train.device = dev;
     set_precision(&c, p);
     c.train.deterministic_mode = true;
-    c.model.hidden_dropout = 0.1f; /* dropout draws must replay too */
-    c.model.attention_dropout = 0.1f;
+    c.model.hidden_dropout = dropout;
+    c.model.attention_dropout = dropout;
     double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
     if (train(&c, STEPS_REPEAT, l1, n1) || train(&c, STEPS_REPEAT, l2, n2)) return;
     for (int i = 0; i < STEPS_REPEAT; i++) {
@@ -107,6 +109,10 @@ static void repeat_bitwise(model_fn model, mc_device_choice dev, precision p) {
         CHECK(memcmp(&n1[i], &n2[i], sizeof(double)) == 0, "step %d grad norm %.17g vs %.17g", i + 1, n1[i], n2[i]);
     }
     CHECK(l1[STEPS_REPEAT - 1] < l1[0], "the loss did not go down (%.4f -> %.4f)", l1[0], l1[STEPS_REPEAT - 1]);
+}
+
+static void repeat_bitwise(model_fn model, mc_device_choice dev, precision p) {
+    repeat_bitwise_dropout(model, dev, p, 0.1f);
 }
 
 static void test_cpu_runs_are_bitwise_identical(void) { repeat_bitwise(tiny_llama, MC_DEVICE_CPU_ONLY, FP32); }
@@ -142,6 +148,20 @@ static void test_cuda_fp16_runs_are_bitwise_identical(void) { cuda_repeat_bitwis
 static void test_cuda_bf16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, BF16); }
 static void test_cuda_fp16_gpt2_runs_are_bitwise_identical(void) { cuda_repeat_bitwise(tiny_gpt2, FP16); }
 
+/* Head dim 128 (the Llama 2/3 and Mistral heads) with two query heads per group, no dropout:
+ * on the GPU cuDNN's attention when it is there. */
+static void tiny_llama_d128(mc_config *c) {
+    tiny_llama(c);
+    c->model.hidden_size = 256;
+    c->model.ffn_hidden_size = 256;
+    c->model.num_attention_heads = 2;
+    c->model.num_query_groups = 1;
+}
+
+static void test_cuda_bf16_d128_runs_are_bitwise_identical(void) {
+    repeat_bitwise_dropout(tiny_llama_d128, MC_DEVICE_CUDA_ONLY, BF16, 0.0f);
+}
+
 static void tracks_cpu_fp32_curve(model_fn model, precision p) {
     const char *name = p == BF16 ? "bf16" : "fp16";
     static double lc[STEPS_CURVE], nc[STEPS_CURVE], lg[STEPS_CURVE], ng[STEPS_CURVE];
@@ -171,6 +191,7 @@ static void test_cuda_bf16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(t
 static void test_cuda_fp16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_llama, FP16); }
 static void test_cuda_bf16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, BF16); }
 static void test_cuda_fp16_gpt2_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_gpt2, FP16); }
+static void test_cuda_bf16_d128_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_llama_d128, BF16); }
 
 int main(int argc, char **argv) {
     check_init(argc, argv, mc_backend_cuda_available());
@@ -182,9 +203,11 @@ int main(int argc, char **argv) {
     RUN_GPU(test_cuda_fp16_runs_are_bitwise_identical);
     RUN_GPU(test_cuda_bf16_gpt2_runs_are_bitwise_identical);
     RUN_GPU(test_cuda_fp16_gpt2_runs_are_bitwise_identical);
+    RUN_GPU(test_cuda_bf16_d128_runs_are_bitwise_identical);
     RUN_GPU(test_cuda_bf16_tracks_cpu_fp32_curve);
     RUN_GPU(test_cuda_fp16_tracks_cpu_fp32_curve);
     RUN_GPU(test_cuda_bf16_gpt2_tracks_cpu_fp32_curve);
     RUN_GPU(test_cuda_fp16_gpt2_tracks_cpu_fp32_curve);
+    RUN_GPU(test_cuda_bf16_d128_tracks_cpu_fp32_curve);
     return check_summary();
 }

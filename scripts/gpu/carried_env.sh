@@ -15,7 +15,10 @@ for t in "$C"/branches/*.tar.xz; do
 done
 NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)")
 CUDA_DIR=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$C/lib:$CUDA_DIR:$NCCL_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# cuDNN (our fused attention opens libcudnn.so.9 at run time): that machine has it only in
+# PyTorch's wheel (site-packages/nvidia/cudnn/lib)
+CUDNN_DIR=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '*/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$C/lib:$CUDA_DIR:$NCCL_DIR:$CUDNN_DIR:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export MC_SHARED_DIR="$C/shared" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # run_gpu_test BIN_DIR TEST LOG_DIR [PREFIX]: runs a test binary there, and its GPU half

@@ -423,11 +423,13 @@ static int bench_comm(int argc, char **argv) {
 
 int mc_cmd_bench(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "comm")) return bench_comm(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "attention")) return mc_cmd_bench_attention(argc - 1, argv + 1);
     if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
-        printf("usage: megatron-c bench <what> [flags]\n\n  comm   collective bus bandwidth over message sizes "
-               "(all_reduce, all_gather, reduce_scatter)\n");
+        printf("usage: megatron-c bench <what> [flags]\n\n  comm        collective bus bandwidth over message sizes "
+               "(all_reduce, all_gather, reduce_scatter)\n  attention   causal attention forward and backward on the "
+               "GPU, beside ../shared/bench/sdpa_backends.py\n");
         return 0;
     }
-    if (argc == 0) mc_die_usage("bench: which benchmark? (benchmarks: comm)");
-    mc_die_usage("bench: unknown benchmark '%s' (benchmarks: comm)", argv[0]);
+    if (argc == 0) mc_die_usage("bench: which benchmark? (benchmarks: comm, attention)");
+    mc_die_usage("bench: unknown benchmark '%s' (benchmarks: comm, attention)", argv[0]);
 }

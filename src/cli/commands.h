@@ -11,6 +11,7 @@ typedef struct mc_command {
 
 int mc_cmd_train(int argc, char **argv);
 int mc_cmd_bench(int argc, char **argv);
+int mc_cmd_bench_attention(int argc, char **argv); /* `bench attention` (cmd_bench_attention.c) */
 int mc_cmd_preprocess(int argc, char **argv);
 int mc_cmd_merge_datasets(int argc, char **argv);
 int mc_cmd_inspect_data(int argc, char **argv);

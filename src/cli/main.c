@@ -13,7 +13,7 @@
 
 static const mc_command k_commands[] = {
     {"train", mc_cmd_train, "train a GPT/Llama-style model with Megatron-LM's flags"},
-    {"bench", mc_cmd_bench, "benchmarks: bench comm (collective bus bandwidth, like nccl-tests)"},
+    {"bench", mc_cmd_bench, "benchmarks: bench comm (collective bus bandwidth, like nccl-tests), bench attention (GPU)"},
     {"preprocess", mc_cmd_preprocess, "JSONL to Megatron .bin/.idx (tools/preprocess_data.py)"},
     {"merge-datasets", mc_cmd_merge_datasets, "concatenate .bin/.idx datasets (tools/merge_datasets.py)"},
     {"inspect-data", mc_cmd_inspect_data, "print the samples a training run would see, as JSON lines"},

@@ -1,11 +1,13 @@
-/* attention_op.cu: the CUDA backend's attention entries, over the flash-attention kernels
- * (cuda_flash.h): the backward's workspace, its QKV bias gradient and RoPE backward, and
- * the sizes the kernels take. */
+/* attention_op.cu: the CUDA backend's attention entries: cuDNN's fused attention where it
+ * takes the problem (attention_cudnn.h), else our flash-attention kernels (cuda_flash.h);
+ * the backward's workspace, its QKV bias gradient and RoPE backward, and the sizes the
+ * kernels take. */
 #include "backend/cuda/cuda_internal.h"
 
 #include <limits.h>
 #include <stdio.h>
 
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/attention_internal.h"
 #include "backend/cuda/cuda_flash.h"
 
@@ -29,6 +31,9 @@ bool mc_cuda_attention_supports(const mc_op_sizes *s, mc_op_refusal *why) {
 void mc_cuda_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv,
                            const mc_attn_desc *d) {
     mc_cuda_state *st = mc_cuda_st(be);
+#ifdef MC_HAVE_CUDNN_ATTENTION
+    if (mc_cudnn_attention_fwd(st, out, lse, qkv, d)) return;
+#endif
     mc_cuda_flash_fwd(st->stream, out, lse, qkv, d);
     MC_CUDA_LAUNCHED(st, "attention_fwd");
 }
@@ -42,6 +47,13 @@ void mc_cuda_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, co
     const char *op = "attention_bwd";
     const bool sums = mc_tensor_present(dbias), kernel_sums = sums && !d->rope;
     const int64_t width = (int64_t)(d->heads + 2 * d->groups) * d->head_dim;
+#ifdef MC_HAVE_CUDNN_ATTENTION
+    if (mc_cudnn_attention_bwd(st, dqkv, dout, qkv, out, lse, d)) {
+        if (d->rope) mc_cuda_rope_heads(st, dqkv, d->rope, true, false);
+        if (sums) mc_cuda_colsum_add(st, op, (float *)dbias->data, dqkv->data, dqkv->dtype, d->seq * d->batch, width);
+        return;
+    }
+#endif
     size_t bytes = mc_cuda_flash_bwd_workspace(d, qkv->dtype, kernel_sums);
     void *ws = bytes ? mc_cuda_workspace(st, bytes, op) : NULL;
     const float *parts = NULL;

@@ -9,6 +9,7 @@
  * host_alloc). Workspaces grow on demand (a synchronize, then a larger cudaMalloc) and
  * never shrink, so the steady state allocates nothing. */
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/attention_cudnn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,6 +269,9 @@ static void state_release(mc_cuda_state *st) {
     if (st->stream) cudaStreamSynchronize(st->stream);
     mc_cuda_gemm_prof_report_free(st);
     mc_cuda_gemm_cache_destroy(st);
+#ifdef MC_HAVE_CUDNN_ATTENTION
+    mc_cudnn_attention_release(st);
+#endif
     for (size_t i = 0; i < st->nallocs; i++) cudaFree(st->allocs[i].ptr); /* what the caller did not free */
     free(st->allocs);
     if (st->lt) cublasLtDestroy(st->lt);

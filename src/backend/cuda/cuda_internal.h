@@ -91,6 +91,10 @@ typedef struct mc_cuda_state {
     mc_cuda_gemm_prof *gprof; /* MC_GEMM_PROFILE=1 */
     bool gprof_off;           /* MC_GEMM_PROFILE read and unset */
 
+    /* cuDNN attention (attention_cudnn.cu): handle and graphs, made on first use */
+    struct mc_cudnn_attn *cudnn;
+    bool cudnn_off; /* not built with it, turned off, or libcudnn absent */
+
     /* scratch: grown on demand (first steps only), never shrunk */
     void *workspace;
     size_t workspace_bytes;
