@@ -35,7 +35,7 @@ fi
 echo "== gpu_train (SM clock and power sampled every 500 ms into clocks.csv)"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 500 > "$OUT/clocks.csv" 2>&1 &
 SMI=$!
-CLOCKS="$OUT/clocks.csv" OUT="$OUT" timeout "${BENCH_TIMEOUT:-420}" bash bench/gpu_train.sh "$B" "$C/shared/bench" "${BENCH_WHICH:-all}"
+CLOCKS="$OUT/clocks.csv" OUT="$OUT" timeout "${BENCH_TIMEOUT:-420}" bash bench/gpu_train.sh "$B" "$C/shared/bench" "${BENCH_WHICH:-old}"
 kill $SMI 2>/dev/null
 tar -czf "$OUT/gpu_train_logs.tgz" -C "$OUT" gpu_train && rm -rf "$OUT/gpu_train"
 python3 - "$OUT/clocks.csv" <<'PY'
