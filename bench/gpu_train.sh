@@ -36,7 +36,7 @@
 # (appended to our runs' names), e.g. a second call with
 #   OURS_ENV="MC_ATTN_CUDNN=0" OURS_SUFFIX=-own bench/gpu_train.sh build ../shared/bench long ours-only
 #   [MC_BENCH_WARM=10] [MC_BENCH_MEASURE=20] [MC_BENCH_LONG_WARM=3] [MC_BENCH_LONG_MEASURE=7]
-#   [CROSS=1] [CLOCKS=csv] [OURS_ENV="VAR=VAL ..."] [OURS_SUFFIX=-x] [TORCH_TRAIN=path/torch_train.py]
+#   [CROSS=1] [FLOOR=0] [CLOCKS=csv] [OURS_ENV="VAR=VAL ..."] [OURS_SUFFIX=-x] [TORCH_TRAIN=path/torch_train.py]
 #   bench/gpu_train.sh BUILD_DIR [SHARED_BENCH_DIR] [which: all|old|llama|gpt2|long|torch-only|ours-only|SHAPE]
 #   [sides: both|ours-only|torch-only (default both; a 3rd argument torch-only/ours-only means all shapes)]
 set -uo pipefail
@@ -144,7 +144,8 @@ torch_pair() { # name, warm, measured, rope base (- for none: GPT-2), shared arg
     if [ "${CROSS:-0}" = 1 ]; then py_run cross "$name" "$warm" "$measure" "$@"; fi
 }
 
-floor_run() {
+floor_run() { # FLOOR=0: none (a shorter call)
+    [ "${FLOOR:-1}" = 0 ] && return 0
     local name=$1
     shift
     python3 "$SHARED_BENCH/floor.py" "$@" --tag "$name" > "$OUTDIR/floor_$name.log" 2>&1

@@ -22,7 +22,7 @@ export LD_LIBRARY_PATH="$C/lib:$CUDA_DIR:$NCCL_DIR:$CUDNN_DIR:/usr/local/cuda/li
 export MC_SHARED_DIR="$C/shared" NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 # run_gpu_test BIN_DIR TEST LOG_DIR [PREFIX]: runs a test binary there, and its GPU half
-# (`--gpu`, tests/check.h) when it has one, each under a timeout; prints one line each.
+# (`--gpu`, tests/check.h) when it has one, each under a timeout (GPU_TEST_TIMEOUT s, default 300); one line each.
 # Every failure (a skip too: on the GPU machine nothing should skip) adds to
 # GPU_TEST_FAILURES, which the calling script turns into its exit code.
 GPU_TEST_FAILURES=0
@@ -31,7 +31,7 @@ run_gpu_test() {
     [ -x "$dir/$t" ] || return 0
     for args in "" "--gpu"; do
         [ -n "$args" ] && ! grep -q "the GPU cases need a GPU" "$dir/$t" && continue
-        timeout 300 "$dir/$t" $args > "$log/$prefix$t${args:+_gpu}.log" 2>&1
+        timeout "${GPU_TEST_TIMEOUT:-300}" "$dir/$t" $args > "$log/$prefix$t${args:+_gpu}.log" 2>&1
         rc=$?
         echo "$prefix$t${args:+ --gpu} rc $rc: $(tail -1 "$log/$prefix$t${args:+_gpu}.log")"
         [ $rc -eq 0 ] || GPU_TEST_FAILURES=$((GPU_TEST_FAILURES + 1))

@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (after scripts/gpu/carry_build.sh) for the attention paths:
-# the GPU tests with cuDNN's fused attention on (MC_ATTN_CUDNN=1, so that every shape cuDNN
-# refuses is said in the logs) and then off (our own kernels alone), the attention
-# benchmark (bench/gpu_attention.sh: ours, ours without cuDNN and PyTorch's SDPA backends,
-# side by side) and the training benchmark's groups named in TRAIN (bench/gpu_train.sh,
-# each shape beside the PyTorch reference trainer). Each part runs under a time limit so
-# that the call ends inside the device's 10 minutes. Logs under $OUT.
-#   OUT=... [TESTS="test_..."] [OWN_TESTS="test_..."] [ATTN=1] [TRAIN="long"] \
-#   bash scripts/gpu/validate_attention.sh
+# One call on the GPU machine (after scripts/gpu/carry_build.sh, and carry_branches.sh for
+# AB_BRANCH) for the attention paths, in the order of what matters most, each part started
+# only while BUDGET seconds (from the start) leave room for it, so that the call ends inside
+# the device's 10 minutes:
+#  1. the GPU tests, all at once (they check results, not times): cuDNN's fused attention on
+#     (MC_ATTN_CUDNN=1, so that every shape cuDNN refuses is said in the logs), and OWN_TESTS
+#     again with our own kernels alone (MC_ATTN_CUDNN=0);
+#  2. with AB_BRANCH: an interleaved A/B (bench/gpu_ab.sh) of that packed branch against the
+#     current tree with our own attention (MC_ATTN_CUDNN=0), on AB_SHAPES: what changed
+#     besides the attention path;
+#  3. attention alone (bench/gpu_attention.sh: ours, ours without cuDNN, PyTorch's SDPA
+#     backends, side by side);
+#  4. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
+#     beside the PyTorch reference trainer.
+# Logs under $OUT, returned as one archive.
+#   OUT=... [BUDGET=570] [TESTS="test_..."] [OWN_TESTS="test_..."] [AB_BRANCH=name]
+#   [AB_SHAPES="llama gpt2"] [ATTN=1] [TRAIN="long"] bash scripts/gpu/validate_attention.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 source scripts/gpu/carried_env.sh
 OUT=${OUT:-/tmp/mc-out}
 mkdir -p "$OUT/tests" "$OUT/tests_own"
 T0=$(date +%s)
+BUDGET=${BUDGET:-570}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 echo "cuDNN: ${CUDNN_DIR:-none found}"
 since() { echo "$(($(date +%s) - T0)) s"; }
+room() { [ $(($(date +%s) - T0 + $1)) -le "$BUDGET" ] || { echo "-- skipped (needs ~$1 s, $(since) spent of $BUDGET)"; false; }; }
 
-# The tests check results, not times: they run at once, each with its own logs.
 echo "== GPU tests, cuDNN attention on (MC_ATTN_CUDNN=1), and our kernels alone (MC_ATTN_CUDNN=0), at once"
-for t in ${TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism test_golden_parity test_trainer_batches test_cuda_wgmma test_ops_errors}; do
+for t in ${TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism test_golden_parity test_trainer_batches test_ops_errors}; do
     (MC_ATTN_CUDNN=1 run_gpu_test "$B" "$t" "$OUT/tests" > "$OUT/tests/$t.summary"
      [ "$GPU_TEST_FAILURES" -eq 0 ] || echo FAILED >> "$OUT/tests/$t.summary") &
 done
@@ -34,13 +43,26 @@ echo "-- our kernels alone:"
 cat "$OUT"/tests_own/*.summary
 grep -q FAILED "$OUT"/tests/*.summary "$OUT"/tests_own/*.summary && GPU_TEST_FAILURES=1
 grep -h "cuDNN refused\|could not be loaded\|cuDNN attention unavailable" "$OUT"/tests/*.log | sort | uniq -c | head -20
-if [ "${ATTN:-1}" = 1 ]; then
+
+if [ -n "${AB_BRANCH:-}" ] && room 90; then
+    echo "== A/B: branch $AB_BRANCH (A) against this tree with MC_ATTN_CUDNN=0 (B) [$(since)]"
+    printf '#!/bin/sh\nexec env MC_ATTN_CUDNN=0 %s "$@"\n' "$B/megatron-c" > "$B/megatron-c-own"
+    chmod +x "$B/megatron-c-own"
+    for shape in ${AB_SHAPES:-llama gpt2}; do
+        OUT="$OUT/ab" MC_BENCH_ITERS=${MC_BENCH_ITERS:-8} bash bench/gpu_ab.sh "$C/branches/$AB_BRANCH/megatron-c" \
+            "$B/megatron-c-own" "${ROUNDS:-2}" "$shape" 2>&1 | grep "^AB" | sed "s/^/$shape: /"
+    done
+fi
+if [ "${ATTN:-1}" = 1 ] && room 60; then
     echo "== attention alone [$(since)]"
-    timeout 200 bash bench/gpu_attention.sh "$B" "$C/shared/bench" 2>&1 | tail -30
+    ATTN_TIMEOUT=60 timeout 100 bash bench/gpu_attention.sh "$B" "$C/shared/bench" 2>&1 | grep -v '^RESULT' | tail -30
 fi
 for group in ${TRAIN:-long}; do
+    case $group in long) need=200 ;; *) need=60 ;; esac
+    room $need || continue
     echo "== training, $group [$(since)]"
-    bash bench/gpu_train.sh "$B" "$C/shared/bench" "$group" 2>&1 | grep -v '^RESULT\|^END' | tail -30
+    timeout $((BUDGET - ($(date +%s) - T0))) bash bench/gpu_train.sh "$B" "$C/shared/bench" "$group" 2>&1 |
+        grep -v '^RESULT\|^END' | tail -30
 done
 # one archive of every log (the device returns a few files only)
 cd "$OUT" && tar -czf /tmp/logs.tgz . 2>/dev/null && find . -mindepth 1 -maxdepth 1 ! -name '*.txt' -exec rm -rf {} + &&
