@@ -61,7 +61,7 @@ for group in ${TRAIN:-long}; do
     case $group in long) need=200 ;; *) need=60 ;; esac
     room $need || continue
     echo "== training, $group [$(since)]"
-    timeout $((BUDGET - ($(date +%s) - T0))) bash bench/gpu_train.sh "$B" "$C/shared/bench" "$group" 2>&1 |
+    OUT="$OUT/train_$group" timeout $((BUDGET - ($(date +%s) - T0))) bash bench/gpu_train.sh "$B" "$C/shared/bench" "$group" 2>&1 |
         grep -v '^RESULT\|^END' | tail -30
 done
 # one archive of every log (the device returns a few files only)
