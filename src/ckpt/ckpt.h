@@ -47,6 +47,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "io/hf_convert.h"
 #include "megatron.h"
 #include "model/model.h"
 #include "optim/loss_scale.h"
@@ -148,5 +149,15 @@ int mc_ckpt_inspect(const char *path, bool verify, FILE *out, mc_err *err);
 
 /* "iter_0000100": Megatron's directory name of an iteration (7 digits). */
 void mc_ckpt_iter_name(int64_t iteration, char out[32]);
+
+/* ---- the weights alone (megatron-c convert --to hf) ---- */
+
+/* The weights of the checkpoint in dir that --load would take (the tracker's iteration,
+ * else the newest), each a whole global F32 tensor under its global name appended to out,
+ * with the stored model config (into *m: the fields a checkpoint records), padded
+ * vocabulary and iteration. Every file's size and CRC-32C are checked first. Needs neither
+ * a model nor a backend; not collective. */
+int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab, int64_t *iteration,
+                         mc_host_params *out, mc_err *err);
 
 #endif

@@ -97,6 +97,8 @@ const mc_ckpt_tensor_meta *mc_ckpt_meta_find(const mc_ckpt_meta *m, const char *
  * running one: the first field that differs is an error naming its flag and both values. */
 cJSON *mc_ckpt_config_json(const mc_config *cfg);
 int mc_ckpt_config_check(const cJSON *stored, const mc_config *cfg, const char *what, mc_err *err);
+/* The stored model config into *m (the fields it holds; m's others untouched). */
+int mc_ckpt_config_parse(const cJSON *stored, mc_model_config *m, const char *what, mc_err *err);
 /* The LR scheduler as stored (Megatron's opt_param_scheduler state), and its restore under
  * a policy: check equality (naming the first value that differs), take the flags', or
  * take the checkpoint's. */

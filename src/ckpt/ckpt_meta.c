@@ -154,6 +154,48 @@ int mc_ckpt_config_check(const cJSON *stored, const mc_config *cfg, const char *
     return MC_OK;
 }
 
+int mc_ckpt_config_parse(const cJSON *stored, mc_model_config *m, const char *what, mc_err *err) {
+    if (!cJSON_IsObject(stored)) return mc_err_set(err, "%s: metadata.json has no model config", what);
+    for (int i = 0; i < NMODEL_FIELDS; i++) {
+        const cfg_field *f = &k_model_fields[i];
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(stored, f->key);
+        char *p = (char *)m + f->off;
+        bool ok = false;
+        switch (f->type) {
+        case F_INT:
+            ok = cJSON_IsNumber(v) && v->valuedouble == (int)v->valuedouble;
+            if (ok) *(int *)p = (int)v->valuedouble;
+            break;
+        case F_FLOAT:
+            ok = cJSON_IsNumber(v);
+            if (ok) *(float *)p = (float)v->valuedouble;
+            break;
+        case F_BOOL:
+            ok = cJSON_IsBool(v);
+            if (ok) *(bool *)p = cJSON_IsTrue(v);
+            break;
+        case F_NORM:
+        case F_POS: {
+            const char *const *names = f->type == F_NORM ? k_norm_names : k_pos_names;
+            int n = f->type == F_NORM ? 2 : 3;
+            for (int k = 0; k < n && cJSON_IsString(v); k++)
+                if (!strcmp(v->valuestring, names[k])) {
+                    *(int *)p = k;
+                    ok = true;
+                }
+            break;
+        }
+        }
+        /* fields that do not apply to this model may be absent or null */
+        if (!ok && !(cJSON_IsNull(v) || !v))
+            return mc_err_set(err, "%s: metadata.json's model field %s has a wrong type or value", what, f->key);
+        if (!ok && f->compared && field_applies(f, m))
+            return mc_err_set(err, "%s: metadata.json's model config has no %s", what, f->key);
+    }
+    m->group_query_attention = m->num_query_groups != m->num_attention_heads;
+    return MC_OK;
+}
+
 /* ---- the LR scheduler ---- */
 
 typedef struct sched_field {

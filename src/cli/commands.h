@@ -16,5 +16,6 @@ int mc_cmd_preprocess(int argc, char **argv);
 int mc_cmd_merge_datasets(int argc, char **argv);
 int mc_cmd_inspect_data(int argc, char **argv);
 int mc_cmd_inspect_ckpt(int argc, char **argv);
+int mc_cmd_convert(int argc, char **argv);
 
 #endif

@@ -1,0 +1,90 @@
+/* ckpt_weights.c: a checkpoint's weights as whole global tensors on the host, without a
+ * model or a backend (megatron-c convert --to hf; ckpt.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/crc32c.h"
+#include "base/file.h"
+#include "ckpt/ckpt_internal.h"
+
+/* The iteration a --load of dir takes: the tracker's, else the newest iter_N. */
+static int pick_iteration(const char *dir, int64_t *iteration, mc_err *err) {
+    int64_t tracked = -1;
+    int rc = mc_ckpt_read_tracker(dir, &tracked, err);
+    if (rc == MC_ERR) return MC_ERR;
+    int n = 0;
+    int64_t *its = mc_ckpt_list_iterations(dir, &n);
+    free(its);
+    if (rc == 1) {
+        *iteration = tracked;
+        return MC_OK;
+    }
+    if (n == 0) return mc_err_set(err, "%s holds no checkpoint (no %s, no iter_NNNNNNN directory)", dir, MC_CKPT_TRACKER);
+    int64_t *again = mc_ckpt_list_iterations(dir, &n);
+    *iteration = again[0]; /* newest first */
+    free(again);
+    return MC_OK;
+}
+
+/* Checks a whole file's CRC-32C against the metadata. */
+static int check_file(const mc_ckpt_meta *meta, const mc_ckpt_file_meta *f, mc_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", meta->dir, f->name);
+    char *data;
+    size_t n;
+    if (mc_read_file(path, &data, &n, err) != MC_OK) return MC_ERR;
+    uint32_t crc = mc_crc32c(0, data, n);
+    free(data);
+    if ((int64_t)n != f->bytes || crc != f->crc)
+        return mc_err_set(err, "%s: damaged (size or CRC-32C differs from metadata.json)", path);
+    return MC_OK;
+}
+
+int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab, int64_t *iteration,
+                         mc_host_params *out, mc_err *err) {
+    int64_t it = -1;
+    if (pick_iteration(dir, &it, err) != MC_OK) return MC_ERR;
+    char name[32], iter_dir[4096];
+    mc_ckpt_iter_name(it, name);
+    snprintf(iter_dir, sizeof iter_dir, "%s/%s", dir, name);
+    mc_ckpt_meta meta;
+    if (mc_ckpt_meta_read(iter_dir, &meta, err) != MC_OK) return MC_ERR;
+    int rc = mc_ckpt_config_parse(cJSON_GetObjectItemCaseSensitive(meta.root, "model"), m, iter_dir, err);
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta.root, "layout"),
+                                                       "padded_vocab_size");
+    if (rc == MC_OK && !cJSON_IsNumber(pv))
+        rc = mc_err_set(err, "%s: metadata.json has no layout.padded_vocab_size", iter_dir);
+    if (rc == MC_OK) *padded_vocab = (int)pv->valuedouble;
+    for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) rc = check_file(&meta, &meta.files[f], err);
+    mc_safetensors **files = mc_xcalloc((size_t)meta.nfiles + 1, sizeof *files);
+    for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", iter_dir, meta.files[f].name);
+        rc = mc_safetensors_open(path, &files[f], err);
+    }
+    for (int t = 0; t < meta.ntensors && rc == MC_OK; t++) {
+        const mc_ckpt_tensor_meta *tm = &meta.tensors[t];
+        if (!strncmp(tm->name, "optimizer.", 10)) continue; /* the moments */
+        float *dst = mc_host_params_add(out, tm->name, tm->ndim, tm->shape);
+        int64_t C = tm->ndim == 2 ? tm->shape[1] : 1;
+        for (int k = 0; k < tm->npieces && rc == MC_OK; k++) {
+            const mc_ckpt_piece_meta *pc = &tm->pieces[k];
+            const mc_st_tensor *st = mc_safetensors_find(files[pc->file], pc->key);
+            if (!st || st->dtype != MC_F32 || st->numel != pc->rows * pc->cols) {
+                rc = mc_err_set(err, "%s: piece %s of %s is missing from %s or has another size", iter_dir, pc->key,
+                                tm->name, meta.files[pc->file].name);
+                break;
+            }
+            const float *src = st->data;
+            for (int64_t r = 0; r < pc->rows; r++)
+                memcpy(dst + (pc->row + r) * C + pc->col, src + r * pc->cols, (size_t)pc->cols * sizeof(float));
+        }
+    }
+    for (int f = 0; f < meta.nfiles; f++)
+        if (files[f]) mc_safetensors_close(files[f]);
+    free(files);
+    if (rc == MC_OK) *iteration = it;
+    mc_ckpt_meta_free(&meta);
+    return rc;
+}
