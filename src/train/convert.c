@@ -93,7 +93,8 @@ static int import_hf(const mc_convert_opts *o, const char *out_dir, mc_err *err)
         mc_optimizer_alloc(&opt);
         rc = mc_host_params_load_hf(&hf, o->input, err);
     }
-    if (rc == MC_OK) rc = mc_hf_import(arch, &cfg.model, model.padded_vocab, &hf, &w, err);
+    if (rc == MC_OK && mc_hf_import(arch, &cfg.model, model.padded_vocab, &hf, &w, err) != MC_OK)
+        rc = mc_err_prefix(err, "%s: ", o->input);
     if (rc == MC_OK) rc = fill_params(&model, &w, err);
     mc_host_params_free(&hf);
     mc_host_params_free(&w);
