@@ -159,5 +159,7 @@ void mc_ckpt_iter_name(int64_t iteration, char out[32]);
  * a model nor a backend; not collective. */
 int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab, int64_t *iteration,
                          mc_host_params *out, mc_err *err);
+/* The model config alone (and the iteration) of that checkpoint: what `generate` builds. */
+int mc_ckpt_read_model_config(const char *dir, mc_model_config *m, int64_t *iteration, mc_err *err);
 
 #endif

@@ -41,21 +41,45 @@ static int check_file(const mc_ckpt_meta *meta, const mc_ckpt_file_meta *f, mc_e
     return MC_OK;
 }
 
-int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab, int64_t *iteration,
-                         mc_host_params *out, mc_err *err) {
+/* The metadata of the checkpoint --load would take, with its model config and padded
+ * vocabulary; iter_dir gets its directory. */
+static int open_meta(const char *dir, mc_ckpt_meta *meta, char *iter_dir, size_t cap, mc_model_config *m,
+                     int *padded_vocab, int64_t *iteration, mc_err *err) {
     int64_t it = -1;
     if (pick_iteration(dir, &it, err) != MC_OK) return MC_ERR;
-    char name[32], iter_dir[4096];
+    char name[32];
     mc_ckpt_iter_name(it, name);
-    snprintf(iter_dir, sizeof iter_dir, "%s/%s", dir, name);
-    mc_ckpt_meta meta;
-    if (mc_ckpt_meta_read(iter_dir, &meta, err) != MC_OK) return MC_ERR;
-    int rc = mc_ckpt_config_parse(cJSON_GetObjectItemCaseSensitive(meta.root, "model"), m, iter_dir, err);
-    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta.root, "layout"),
+    snprintf(iter_dir, cap, "%s/%s", dir, name);
+    if (mc_ckpt_meta_read(iter_dir, meta, err) != MC_OK) return MC_ERR;
+    int rc = mc_ckpt_config_parse(cJSON_GetObjectItemCaseSensitive(meta->root, "model"), m, iter_dir, err);
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta->root, "layout"),
                                                        "padded_vocab_size");
     if (rc == MC_OK && !cJSON_IsNumber(pv))
         rc = mc_err_set(err, "%s: metadata.json has no layout.padded_vocab_size", iter_dir);
-    if (rc == MC_OK) *padded_vocab = (int)pv->valuedouble;
+    if (rc == MC_OK) {
+        *padded_vocab = (int)pv->valuedouble;
+        *iteration = it;
+    } else {
+        mc_ckpt_meta_free(meta);
+    }
+    return rc;
+}
+
+int mc_ckpt_read_model_config(const char *dir, mc_model_config *m, int64_t *iteration, mc_err *err) {
+    mc_ckpt_meta meta;
+    char iter_dir[4096];
+    int padded;
+    if (open_meta(dir, &meta, iter_dir, sizeof iter_dir, m, &padded, iteration, err) != MC_OK) return MC_ERR;
+    mc_ckpt_meta_free(&meta);
+    return MC_OK;
+}
+
+int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab, int64_t *iteration,
+                         mc_host_params *out, mc_err *err) {
+    mc_ckpt_meta meta;
+    char iter_dir[4096];
+    if (open_meta(dir, &meta, iter_dir, sizeof iter_dir, m, padded_vocab, iteration, err) != MC_OK) return MC_ERR;
+    int rc = MC_OK;
     for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) rc = check_file(&meta, &meta.files[f], err);
     mc_safetensors **files = mc_xcalloc((size_t)meta.nfiles + 1, sizeof *files);
     for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) {
@@ -84,7 +108,6 @@ int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab,
     for (int f = 0; f < meta.nfiles; f++)
         if (files[f]) mc_safetensors_close(files[f]);
     free(files);
-    if (rc == MC_OK) *iteration = it;
     mc_ckpt_meta_free(&meta);
     return rc;
 }

@@ -17,5 +17,6 @@ int mc_cmd_merge_datasets(int argc, char **argv);
 int mc_cmd_inspect_data(int argc, char **argv);
 int mc_cmd_inspect_ckpt(int argc, char **argv);
 int mc_cmd_convert(int argc, char **argv);
+int mc_cmd_generate(int argc, char **argv);
 
 #endif

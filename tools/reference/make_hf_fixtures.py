@@ -10,6 +10,7 @@ For each family it writes into tests/fixtures/hf/{family}/:
                                            logits  F32 [2, 24, V] the model's float32 logits
                                            greedy  I32 [2, 16]  generate(do_sample=False) after
                                                                 the first 8 tokens of each row
+  greedy.json                              the same prompts and greedy tokens as JSON
 
 Families (vocabularies of 300, not a multiple of 128, so import pads and export strips):
   gpt2         GPT2LMHeadModel, tanh GELU, tied head
@@ -23,6 +24,7 @@ Deterministic: two runs write identical tensors. Usage:
     python3 tools/reference/make_hf_fixtures.py [--out tests/fixtures/hf]
 """
 import argparse
+import json
 import os
 
 import torch
@@ -80,6 +82,9 @@ def main():
                                     eos_token_id=None)[:, PROMPT:]
         save_file({"tokens": tokens.to(torch.int32).contiguous(), "logits": logits.contiguous(),
                    "greedy": greedy.to(torch.int32).contiguous()}, os.path.join(d, "reference.safetensors"))
+        with open(os.path.join(d, "greedy.json"), "w") as f:  # for shell tests, which read no safetensors
+            json.dump({"prompts": tokens[:, :PROMPT].tolist(), "greedy": greedy.tolist()}, f)
+            f.write("\n")
         print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters -> {d}")
 
 

@@ -1,0 +1,272 @@
+/* cmd_generate.c: `megatron-c generate`: continuations of prompts by a trained model.
+ *
+ *   megatron-c generate (--load DIR | --load-hf DIR)
+ *                       (--prompt TEXT | --prompt-ids "ID ID ..." | --prompts-file FILE.jsonl)
+ *                       [--max-new-tokens 64] [--temperature 0] [--top-k 0] [--top-p 1] [--seed N]
+ *                       [the tokenizer's flags, --device, --bf16, --tensor-model-parallel-size ...]
+ *
+ * The model's shape comes from the checkpoint (--load: a --save directory; --load-hf: a
+ * Hugging Face directory, imported first as `convert` does, into a temporary checkpoint);
+ * any other flag is train's (`megatron-c train --help`): the tokenizer that encodes the
+ * prompts and decodes the tokens, the device, the precision, tensor parallelism under
+ * mpirun. Greedy by default; --temperature > 0 draws from Philox streams of --seed (the
+ * same draw on every rank and every run). A continuation stops at the tokenizer's end of
+ * document. One prompt: its continuation on stdout; several (a JSONL file of
+ * {"prompt": TEXT} or {"text": TEXT} lines): one JSON line each. The prefill and decode
+ * speeds go to stderr.
+ *
+ * This version decodes by recomputing the window (no KV cache yet): exact, and slow on
+ * long continuations. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/args.h"
+#include "base/error.h"
+#include "base/file.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "ckpt/ckpt.h"
+#include "cli/commands.h"
+#include "comm/comm.h"
+#include "megatron.h"
+#include "tokenizer/tokenizer.h"
+#include "train/convert.h"
+
+typedef struct gen_flags {
+    char *load_hf, *prompt, *prompt_ids, *prompts_file;
+    int max_new_tokens;
+    double temperature, top_p;
+    int top_k;
+} gen_flags;
+
+#define F(member) offsetof(gen_flags, member)
+static const mc_arg_spec k_flags[] = {
+    {"--load-hf", MC_ARG_STRING, F(load_hf), "a Hugging Face model directory (instead of --load)"},
+    {"--prompt", MC_ARG_STRING, F(prompt), "the text to continue"},
+    {"--prompt-ids", MC_ARG_STRING, F(prompt_ids), "the token ids to continue, space-separated"},
+    {"--prompts-file", MC_ARG_STRING, F(prompts_file), "a JSONL file of {\"prompt\": TEXT} lines"},
+    {"--max-new-tokens", MC_ARG_INT, F(max_new_tokens), "tokens to generate a prompt (default 64)"},
+    {"--temperature", MC_ARG_DOUBLE, F(temperature), "0 (default): greedy; else the sampling temperature"},
+    {"--top-k", MC_ARG_INT, F(top_k), "draw from the k most likely tokens (default 0: all)"},
+    {"--top-p", MC_ARG_DOUBLE, F(top_p), "draw from the most likely tokens up to this probability (default 1)"},
+};
+#undef F
+#define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
+
+static bool is_own_flag(const char *a) {
+    for (int i = 0; i < NFLAGS; i++)
+        if (!strcmp(a, k_flags[i].name)) return true;
+    return false;
+}
+
+/* The prompts as token ids (malloc'd arrays), from the one source given. */
+typedef struct prompt_set {
+    mc_ids *ids;
+    char **text; /* NULL entries for --prompt-ids */
+    int n;
+} prompt_set;
+
+static void add_prompt(prompt_set *p, const mc_tokenizer *tok, const char *text, const char *what) {
+    mc_ids ids = {0};
+    mc_err err;
+    mc_tokenizer_scratch *s = mc_tokenizer_scratch_new(tok);
+    if (mc_tokenizer_encode(tok, s, text, strlen(text), &ids, &err) != MC_OK) mc_die_usage("%s: %s", what, err.msg);
+    mc_tokenizer_scratch_free(s);
+    if (ids.len == 0) mc_die_usage("%s: '%s' encodes to no tokens", what, text);
+    p->ids = mc_xrealloc(p->ids, sizeof(mc_ids) * (size_t)(p->n + 1));
+    p->text = mc_xrealloc(p->text, sizeof(char *) * (size_t)(p->n + 1));
+    p->ids[p->n] = ids;
+    p->text[p->n++] = mc_xstrdup(text);
+}
+
+static void read_prompts(prompt_set *p, const gen_flags *g, const mc_tokenizer *tok, int vocab) {
+    int given = !!g->prompt + !!g->prompt_ids + !!g->prompts_file;
+    if (given != 1) mc_die_usage("generate: give one of --prompt, --prompt-ids or --prompts-file");
+    if (g->prompt) add_prompt(p, tok, g->prompt, "--prompt");
+    if (g->prompt_ids) {
+        mc_ids ids = {0};
+        const char *s = g->prompt_ids;
+        while (*s) {
+            char *end;
+            long v = strtol(s, &end, 10);
+            if (end == s) mc_die_usage("--prompt-ids: '%s' is not a list of token ids", g->prompt_ids);
+            if (v < 0 || v >= vocab) mc_die_usage("--prompt-ids: %ld is outside the vocabulary [0, %d)", v, vocab);
+            ids.data = mc_xrealloc(ids.data, sizeof(int32_t) * (size_t)(ids.len + 1));
+            ids.data[ids.len++] = (int32_t)v;
+            s = end;
+            while (*s == ' ' || *s == ',') s++;
+        }
+        if (ids.len == 0) mc_die_usage("--prompt-ids: no ids");
+        p->ids = mc_xrealloc(p->ids, sizeof(mc_ids));
+        p->text = mc_xrealloc(p->text, sizeof(char *));
+        p->ids[0] = ids;
+        p->text[0] = NULL;
+        p->n = 1;
+    }
+    if (g->prompts_file) {
+        FILE *f = fopen(g->prompts_file, "r");
+        if (!f) mc_die_usage("--prompts-file %s: cannot open", g->prompts_file);
+        char *line = NULL;
+        size_t cap = 0;
+        long lineno = 0;
+        while (getline(&line, &cap, f) > 0) {
+            lineno++;
+            if (strspn(line, " \t\r\n") == strlen(line)) continue;
+            cJSON *o = cJSON_Parse(line);
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+            if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "text");
+            if (!cJSON_IsString(t))
+                mc_die_usage("--prompts-file %s:%ld: not a JSON object with a \"prompt\" (or \"text\") string",
+                             g->prompts_file, lineno);
+            char what[600];
+            snprintf(what, sizeof what, "--prompts-file %s:%ld", g->prompts_file, lineno);
+            add_prompt(p, tok, t->valuestring, what);
+            cJSON_Delete(o);
+        }
+        free(line);
+        fclose(f);
+        if (p->n == 0) mc_die_usage("--prompts-file %s: no prompts", g->prompts_file);
+    }
+    for (int i = 0; i < p->n; i++)
+        for (int64_t k = 0; k < p->ids[i].len; k++)
+            if (p->ids[i].data[k] < 0 || p->ids[i].data[k] >= vocab)
+                mc_die_usage("generate: prompt %d has token id %d, outside the model's vocabulary [0, %d)", i + 1,
+                             p->ids[i].data[k], vocab);
+}
+
+static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
+    mc_tokenizer_options opt = {
+        .type = cfg->data.tokenizer_type,
+        .vocab_file = cfg->data.vocab_file,
+        .merge_file = cfg->data.merge_file,
+        .tokenizer_model = cfg->data.tokenizer_model,
+        .vocab_size = cfg->model.vocab_size,
+        .hf_include_special_tokens = !cfg->data.tokenizer_hf_no_include_special_tokens,
+    };
+    mc_tokenizer *tok;
+    mc_err err;
+    if (mc_tokenizer_open(&tok, &opt, &err) != MC_OK) mc_die_usage("generate: %s", err.msg);
+    return tok;
+}
+
+int mc_cmd_generate(int argc, char **argv) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: megatron-c generate (--load DIR | --load-hf DIR) (--prompt TEXT | --prompt-ids IDS | "
+                   "--prompts-file FILE.jsonl) [flags]\n\n");
+            mc_args_print_help(k_flags, NFLAGS);
+            printf("\nand train's flags for the tokenizer, device, precision and parallelism (megatron-c train --help)\n");
+            return 0;
+        }
+    /* generate's own flags apart, train's to the config parser */
+    char **own = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1)), **rest = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1));
+    int nown = 0, nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (is_own_flag(argv[i])) {
+            own[nown++] = argv[i];
+            if (i + 1 < argc) own[nown++] = argv[++i];
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    gen_flags g = {.max_new_tokens = 64, .top_p = 1.0};
+    mc_err err;
+    if (mc_args_parse(k_flags, NFLAGS, &g, nown, own, NULL, false, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    if (g.max_new_tokens < 1) mc_die_usage("--max-new-tokens must be >= 1");
+    if (g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0 && g.top_p <= 1))
+        mc_die_usage("generate: --temperature >= 0, --top-k >= 0 and --top-p in (0, 1] please");
+    mc_config cfg;
+    mc_config_init(&cfg);
+    if (mc_config_parse_args(&cfg, nrest, rest, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    if (!!cfg.ckpt.load == !!g.load_hf) mc_die_usage("generate: give one of --load DIR and --load-hf DIR");
+    char tmp_ckpt[4096] = "";
+    if (g.load_hf) { /* imported into a temporary checkpoint of this process */
+        snprintf(tmp_ckpt, sizeof tmp_ckpt, "%s/megatron-c-generate-%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                 (long)getpid());
+        mc_convert_opts co = {.input = g.load_hf, .output = tmp_ckpt, .make_vocab_size_divisible_by = 128,
+                              .shard_bytes = 5000000000ll};
+        if (mc_convert(&co, &err) != MC_OK) mc_die_usage("--load-hf: %s", err.msg);
+        free(cfg.ckpt.load);
+        cfg.ckpt.load = mc_xstrdup(tmp_ckpt);
+    }
+    int64_t it;
+    if (mc_ckpt_read_model_config(cfg.ckpt.load, &cfg.model, &it, &err) != MC_OK)
+        mc_die_usage("%s %s", g.load_hf ? "--load-hf" : "--load", err.msg);
+    cfg.ckpt.finetune = true;
+    cfg.data.mock_data = true;
+    cfg.model.attention_dropout = cfg.model.hidden_dropout = 0.0f;
+    cfg.log.sample_temperature = g.temperature;
+    cfg.log.sample_top_k = g.top_k;
+    cfg.log.sample_top_p = g.top_p;
+    if (cfg.optim.lr <= 0) cfg.optim.lr = 1e-4; /* no training: any valid schedule */
+    cfg.train.train_iters = 1;
+    cfg.train.micro_batch_size = 1;
+    cfg.train.global_batch_size = 0;
+    mc_config probe = cfg;
+    if (mc_config_validate_data(&probe, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    mc_tokenizer *tok = open_tokenizer(&probe);
+    prompt_set ps = {0};
+    read_prompts(&ps, &g, tok, cfg.model.vocab_size);
+    /* the window: the longest prompt and its continuation (learned positions cap it) */
+    int64_t longest = 0;
+    for (int i = 0; i < ps.n; i++) longest = ps.ids[i].len > longest ? ps.ids[i].len : longest;
+    int64_t S = longest + g.max_new_tokens;
+    if (cfg.model.position_embedding_type == MC_POS_LEARNED_ABSOLUTE && S > cfg.model.max_position_embeddings)
+        S = cfg.model.max_position_embeddings;
+    cfg.model.seq_length = (int)S;
+    mc_trainer *t = mc_trainer_create(&cfg, &err);
+    if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
+    int32_t eod = mc_tokenizer_eod(tok);
+    int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)g.max_new_tokens);
+    int rc = 0;
+    double prefill_s = 0, decode_s = 0;
+    int64_t prefill_tokens = 0, decode_tokens = 0;
+    for (int i = 0; i < ps.n && rc == 0; i++) {
+        double t0 = mc_time_now();
+        if (mc_trainer_sample(t, ps.ids[i].data, (int)ps.ids[i].len, 1, out, &err) != MC_OK) rc = 1;
+        double t1 = mc_time_now();
+        if (rc == 0 && g.max_new_tokens > 1 &&
+            mc_trainer_sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK)
+            rc = 1;
+        double t2 = mc_time_now();
+        if (rc) break;
+        prefill_s += t1 - t0;
+        prefill_tokens += ps.ids[i].len;
+        decode_s += (t2 - t1) - (t1 - t0);
+        decode_tokens += g.max_new_tokens - 1;
+        int n = g.max_new_tokens;
+        for (int k = 0; k < n; k++)
+            if (out[k] == eod) n = k; /* stop at the end of document */
+        if (mc_log_rank() != 0) continue;
+        size_t len;
+        char *text = mc_tokenizer_decode(tok, out, n, &len);
+        if (ps.n == 1) {
+            printf("%s\n", text);
+        } else {
+            cJSON *o = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(o, "ids");
+            if (ps.text[i]) cJSON_AddStringToObject(o, "prompt", ps.text[i]);
+            for (int k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[k]));
+            cJSON_AddStringToObject(o, "text", text);
+            char *line = cJSON_PrintUnformatted(o);
+            printf("%s\n", line);
+            free(line);
+            cJSON_Delete(o);
+        }
+        fflush(stdout);
+        free(text);
+    }
+    if (rc) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
+    else if (mc_log_rank() == 0)
+        fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (no KV cache)\n", ps.n,
+                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0);
+    free(out);
+    mc_trainer_free(t);
+    if (tmp_ckpt[0]) {
+        mc_err ignored;
+        mc_remove_tree(tmp_ckpt, &ignored);
+    }
+    return rc;
+}

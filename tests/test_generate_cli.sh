@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# megatron-c generate on the tiny models transformers wrote (tests/fixtures/hf): greedy
+# continuations equal transformers' generate(do_sample=False) token for token (from an
+# imported checkpoint with --load, and straight from the Hugging Face directory with
+# --load-hf), also under TP 2; seeded sampling repeats itself; bad input is one line, exit 2.
+set -u
+BUILD=${1:-build}
+BIN="$BUILD/megatron-c"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+check() { if [ "$2" = 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+# NullTokenizer: prompts are space-separated ids; its end of document is id 299 (V - 1),
+# which no fixture continuation holds, so none stops early
+TOK=(--tokenizer-type NullTokenizer --vocab-size 300 --device cpu)
+
+# FIX -> a JSONL of its prompts, and the greedy ids transformers generated, one line each
+prompts() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1]));
+[print(json.dumps({"prompt": " ".join(map(str, p))})) for p in d["prompts"]]' "$1/greedy.json"; }
+expected() { python3 -c 'import json,sys; [print(json.dumps(g)) for g in json.load(open(sys.argv[1]))["greedy"]]' "$1/greedy.json"; }
+ids_of() { python3 -c 'import json,sys; [print(json.dumps(json.loads(l)["ids"])) for l in sys.stdin]'; }
+
+for fam in gpt2 llama2 llama31 llama32_tied mistral; do
+    FIX=tests/fixtures/hf/$fam
+    prompts "$FIX" > "$TMP/$fam.jsonl"
+    "$BIN" convert --input "$FIX" --output "$TMP/$fam" --to megatron-c > /dev/null 2>&1
+    OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/$fam.jsonl" --max-new-tokens 16 "${TOK[@]}" \
+        > "$TMP/$fam.out" 2> "$TMP/$fam.err"
+    rc=$?
+    diff <(grep '^{' "$TMP/$fam.out" | ids_of) <(expected "$FIX") > "$TMP/$fam.diff"
+    check "greedy_equals_transformers_$fam" $(( rc != 0 || $? != 0 )) "rc $rc $(tail -1 "$TMP/$fam.err") $(head -4 "$TMP/$fam.diff")"
+done
+
+FIX=tests/fixtures/hf/llama31
+OMP_NUM_THREADS=1 "$BIN" generate --load-hf "$FIX" --prompts-file "$TMP/llama31.jsonl" --max-new-tokens 16 "${TOK[@]}" \
+    > "$TMP/hf.out" 2> "$TMP/hf.err"
+diff <(grep '^{' "$TMP/hf.out" | ids_of) <(expected "$FIX") > /dev/null
+check greedy_from_load_hf $? "$(tail -2 "$TMP/hf.err")"
+if command -v mpirun > /dev/null; then
+    OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS "$BIN" generate \
+        --load "$TMP/llama31" --prompts-file "$TMP/llama31.jsonl" --max-new-tokens 16 "${TOK[@]}" \
+        --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 64 > "$TMP/tp2.out" 2> "$TMP/tp2.err"
+    diff <(grep '^{' "$TMP/tp2.out" | ids_of) <(expected "$FIX") > /dev/null
+    check greedy_tp2_equals_transformers $? "$(tail -2 "$TMP/tp2.err")"
+else
+    echo "skip greedy_tp2_equals_transformers: no mpirun"
+fi
+sample() { OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompt "1 2 3" --max-new-tokens 24 --temperature 1 \
+    --top-p 0.9 "${TOK[@]}" --seed "$1" 2> /dev/null | grep -v "checkpoint"; }
+a=$(sample 7) b=$(sample 7) c=$(sample 8)
+[ -n "$a" ] && [ "$a" = "$b" ]
+check sampling_repeats_with_its_seed $? "'$a' vs '$b'"
+[ "$a" != "$c" ]
+check sampling_differs_with_another_seed $? "'$a' for both seeds"
+
+# bad input: one line on stderr, exit 2
+for args in "--prompt-ids 1" "--load $TMP/llama31" "--load $TMP/llama31 --prompt-ids 1 --prompt 2" \
+            "--load $TMP/llama31 --prompt-ids 300" "--load $TMP/nowhere --prompt-ids 1" \
+            "--load $TMP/llama31 --prompts-file $TMP/nowhere.jsonl" "--load $TMP/llama31 --prompt-ids 1 --max-new-tokens 0"; do
+    # shellcheck disable=SC2086
+    OMP_NUM_THREADS=1 "$BIN" generate $args "${TOK[@]}" > /dev/null 2> "$TMP/err"
+    code=$?
+    [ $code = 2 ] && [ "$(wc -l < "$TMP/err")" = 1 ]
+    check "bad_input: $args" $? "exit $code: $(head -2 "$TMP/err")"
+done
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
