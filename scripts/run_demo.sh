@@ -3,7 +3,8 @@
 # (the Jargon File, public domain, from Debian's jargon-text package), offline after the
 # first fetch, on the CPU, and print a short sample of what it learned (drawn at temperature
 # 0.8 from the top 95% of the probability: greedy decoding of so small a model loops).
-# Falls back to Megatron's mock data when the corpus cannot be had.
+# Falls back to Megatron's mock data when the corpus cannot be had. Leaves the trained model
+# as a checkpoint in runs/demo/ckpt (megatron-c generate / convert take it).
 set -euo pipefail
 BUILD=${1:-build}
 CACHE=.cache/corpus
@@ -34,7 +35,7 @@ MODEL=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --group-query-at
 TRAIN=(--micro-batch-size 8 --global-batch-size 16 --train-iters ${MC_DEMO_ITERS:-300}
        --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters $(( ${MC_DEMO_ITERS:-300} / 15 )) --weight-decay 0.1
        --adam-beta2 0.95 --clip-grad 1.0 --log-interval 10 --eval-interval 100 --eval-iters 4
-       --device cpu --log-dir runs/demo)
+       --device cpu --log-dir runs/demo --save runs/demo/ckpt)
 if [ -s "$CORPUS" ]; then
     DATA=(--text-data-path "$CORPUS" --split 98,2,0 --sample-prompt "A hacker is " --sample-tokens 160
           --sample-temperature 0.8 --sample-top-p 0.95)

@@ -205,8 +205,9 @@ int mc_cmd_generate(int argc, char **argv) {
     cfg.train.train_iters = 1;
     cfg.train.micro_batch_size = 1;
     cfg.train.global_batch_size = 0;
+    /* the user's tokenizer (default: the Null one, text as ids), over the model's vocabulary */
     mc_config probe = cfg;
-    if (mc_config_validate_data(&probe, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    if (probe.data.tokenizer_type == MC_TOKENIZER_NONE) probe.data.tokenizer_type = MC_TOKENIZER_NULL;
     mc_tokenizer *tok = open_tokenizer(&probe);
     prompt_set ps = {0};
     read_prompts(&ps, &g, tok, cfg.model.vocab_size);
@@ -217,6 +218,9 @@ int mc_cmd_generate(int argc, char **argv) {
     if (cfg.model.position_embedding_type == MC_POS_LEARNED_ABSOLUTE && S > cfg.model.max_position_embeddings)
         S = cfg.model.max_position_embeddings;
     cfg.model.seq_length = (int)S;
+    /* The trainer builds data it never reads here: Megatron's mock data, whose tokenizer is the
+     * Null one over the model's vocabulary (the prompts went through the user's above). */
+    cfg.data.tokenizer_type = MC_TOKENIZER_NULL;
     mc_trainer *t = mc_trainer_create(&cfg, &err);
     if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
     int32_t eod = mc_tokenizer_eod(tok);
