@@ -166,6 +166,73 @@ static void test_import_logits_and_export_roundtrip(void) {
     }
 }
 
+/* Real models ship bf16 weights: a bf16 copy of a fixture imported and exported as bf16
+ * comes back bit for bit (bf16 -> f32 -> bf16 is exact). */
+static void test_bf16_roundtrip(void) {
+    mc_err err;
+    char dir[512], ck[512], hf[512], from[600], to[600];
+    path_of(dir, sizeof dir, "bf16");
+    path_of(ck, sizeof ck, "bf16_ckpt");
+    path_of(hf, sizeof hf, "bf16_hf");
+    mc_remove_tree(dir, &err);
+    mc_remove_tree(ck, &err);
+    mc_remove_tree(hf, &err);
+    CHECK(mc_mkdirs(dir, &err) == MC_OK, "%s", err.msg);
+    mc_host_params w;
+    mc_host_params_init(&w);
+    CHECK(mc_host_params_load_hf(&w, FIX "/llama31", &err) == MC_OK, "%s", err.msg);
+    snprintf(to, sizeof to, "%s/model.safetensors", dir);
+    CHECK(mc_host_params_save_safetensors(&w, to, MC_BF16, &err) == MC_OK, "%s", err.msg);
+    mc_host_params_free(&w);
+    snprintf(from, sizeof from, FIX "/llama31/config.json");
+    snprintf(to, sizeof to, "%s/config.json", dir);
+    char *text;
+    size_t n;
+    CHECK(mc_read_file(from, &text, &n, &err) == MC_OK, "%s", err.msg);
+    CHECK(mc_write_file_atomic(to, text, n, &err) == MC_OK, "%s", err.msg);
+    free(text);
+    CHECK(convert(dir, ck, false, &err) == MC_OK, "%s", err.msg);
+    mc_convert_opts o = {.input = ck, .output = hf, .to_hf = true, .dtype = MC_BF16, .shard_bytes = 5000000000ll};
+    CHECK(mc_convert(&o, &err) == MC_OK, "%s", err.msg);
+    check_same_tensors(dir, hf, "llama31 in bf16");
+    snprintf(to, sizeof to, "%s/model.safetensors", hf);
+    mc_safetensors *st = NULL;
+    CHECK(mc_safetensors_open(to, &st, &err) == MC_OK, "%s", err.msg);
+    const mc_st_tensor *t = st ? mc_safetensors_find(st, "model.embed_tokens.weight") : NULL;
+    CHECK(t && t->dtype == MC_BF16, "the export is not bf16");
+    if (st) mc_safetensors_close(st);
+}
+
+/* Export in shards: a tiny shard size splits the weights over several files with the index,
+ * which reads back as the same tensors. */
+static void test_sharded_export(void) {
+    mc_err err;
+    char ck[512], hf[512], idx[600];
+    path_of(ck, sizeof ck, "shard_ckpt");
+    path_of(hf, sizeof hf, "shard_hf");
+    mc_remove_tree(ck, &err);
+    mc_remove_tree(hf, &err);
+    CHECK(convert(FIX "/mistral", ck, false, &err) == MC_OK, "%s", err.msg);
+    mc_convert_opts o = {.input = ck, .output = hf, .to_hf = true, .dtype = MC_F32, .shard_bytes = 40000};
+    CHECK(mc_convert(&o, &err) == MC_OK, "%s", err.msg);
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", hf);
+    CHECK(exists(idx), "no index for a sharded export");
+    snprintf(idx, sizeof idx, "%s/model.safetensors", hf);
+    CHECK(!exists(idx), "a sharded export also wrote model.safetensors");
+    /* every shard's data within the limit (mistral's largest tensor, 38.4 kB, fits one) */
+    int shards = 0;
+    for (int k = 1; k <= 9; k++) {
+        char name[640];
+        snprintf(name, sizeof name, "%s/model-%05d-of-%05d.safetensors", hf, k, 4);
+        struct stat sb;
+        if (stat(name, &sb) != 0) continue;
+        shards++;
+        CHECK(sb.st_size < 40000 + 2048, "%s: %lld bytes", name, (long long)sb.st_size);
+    }
+    CHECK(shards == 4, "%d shards, 4 expected at 40 kB a shard", shards);
+    check_same_tensors(FIX "/mistral", hf, "mistral in shards");
+}
+
 /* ---- bad input ---- */
 
 static void write_text(const char *path, const char *text) {
@@ -292,6 +359,8 @@ int main(void) {
     mc_err err;
     mc_mkdirs(g_tmp, &err);
     RUN(test_import_logits_and_export_roundtrip);
+    RUN(test_bf16_roundtrip);
+    RUN(test_sharded_export);
     RUN(test_bad_input);
     mc_remove_tree(g_tmp, &err);
     return check_summary();
