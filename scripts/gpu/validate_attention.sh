@@ -29,12 +29,16 @@ since() { echo "$(($(date +%s) - T0)) s"; }
 room() { [ $(($(date +%s) - T0 + $1)) -le "$BUDGET" ] || { echo "-- skipped (needs ~$1 s, $(since) spent of $BUDGET)"; false; }; }
 
 echo "== GPU tests, cuDNN attention on (MC_ATTN_CUDNN=1), and our kernels alone (MC_ATTN_CUDNN=0), at once"
-for t in ${TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism test_golden_parity test_trainer_batches test_ops_errors}; do
-    (MC_ATTN_CUDNN=1 run_gpu_test "$B" "$t" "$OUT/tests" > "$OUT/tests/$t.summary"
+ALL_TESTS=${TESTS:-test_cuda_attention test_backend_equivalence test_train_determinism test_golden_parity test_trainer_batches test_ops_errors}
+OWN=${OWN_TESTS:-test_backend_equivalence test_train_determinism}
+NT=$(wc -w <<< "$ALL_TESTS $OWN")
+SHARE=$(( $(nproc) / NT > 1 ? $(nproc) / NT : 1 ))
+for t in $ALL_TESTS; do
+    (export OMP_NUM_THREADS=$SHARE; MC_ATTN_CUDNN=1 run_gpu_test "$B" "$t" "$OUT/tests" > "$OUT/tests/$t.summary"
      [ "$GPU_TEST_FAILURES" -eq 0 ] || echo FAILED >> "$OUT/tests/$t.summary") &
 done
-for t in ${OWN_TESTS:-test_backend_equivalence test_train_determinism}; do
-    (MC_ATTN_CUDNN=0 run_gpu_test "$B" "$t" "$OUT/tests_own" > "$OUT/tests_own/$t.summary"
+for t in $OWN; do
+    (export OMP_NUM_THREADS=$SHARE; MC_ATTN_CUDNN=0 run_gpu_test "$B" "$t" "$OUT/tests_own" > "$OUT/tests_own/$t.summary"
      [ "$GPU_TEST_FAILURES" -eq 0 ] || echo FAILED >> "$OUT/tests_own/$t.summary") &
 done
 wait
