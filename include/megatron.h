@@ -267,6 +267,10 @@ int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, in
 /* The same, drawing each token as the config's sample_temperature/top_k/top_p say (from
  * Philox streams of the seed, so a run repeats its sample; every rank draws the same). */
 int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
+/* mc_trainer_sample through a key/value cache (the prompt in one forward, then one token a
+ * forward over the cache): the same tokens, up to rounding; prompt_len + n at most the
+ * model's positions, prompt_len at most the sequence length; not with sequence parallelism. */
+int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
 /* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
  * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);

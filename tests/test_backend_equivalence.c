@@ -1234,6 +1234,45 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     release_all();
 }
 
+/* attention_kv_fwd (generation): a prompt through the cache, then single tokens, on both
+ * backends; the GPU's output and cache against the CPU's. */
+static void attention_kv_case(int64_t S, int64_t S0, int64_t B, int heads, int groups, int d, mc_dtype dt) {
+    const int64_t ts = (int64_t)(heads + 2 * groups) * d, nqkv = S * B * ts, nout = S * B * heads * d;
+    const int64_t ncache = S * B * groups * 2 * d;
+    float *qkv = as_dtype(rnd(nqkv, 1.0f), nqkv, dt);
+    mc_tensor cq = mk1(cpu, F32, qkv, nqkv), co = mk1(cpu, F32, NULL, nout), cc = mk1(cpu, F32, NULL, ncache);
+    mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gc = mk1(gpu, dt, NULL, ncache);
+    mc_attn_desc desc = {.batch = B, .heads = heads, .groups = groups, .head_dim = d,
+                         .softmax_scale = (float)(1.0 / sqrt((double)d)), .seg_start = mc_tensor_none()};
+    const size_t ce = 4, ge = mc_dtype_size(dt);
+    for (int64_t p0 = 0; p0 < S;) {
+        const int64_t n = p0 == 0 ? S0 : 1;
+        desc.seq = n;
+        mc_tensor a = mc_tensor_1d((char *)co.data + (size_t)(p0 * B * heads * d) * ce, F32, n * B * heads * d);
+        mc_tensor q = mc_tensor_1d((char *)cq.data + (size_t)(p0 * B * ts) * ce, F32, n * B * ts);
+        mc_op_attention_kv_fwd(cpu, &a, &cc, &q, p0, &desc);
+        mc_tensor ga = mc_tensor_1d((char *)go.data + (size_t)(p0 * B * heads * d) * ge, dt, n * B * heads * d);
+        mc_tensor gqq = mc_tensor_1d((char *)gq.data + (size_t)(p0 * B * ts) * ge, dt, n * B * ts);
+        mc_op_attention_kv_fwd(gpu, &ga, &gc, &gqq, p0, &desc);
+        p0 += n;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "attention_kv S=%lld (prefill %lld) B=%lld h=%d/g=%d d=%d out", (long long)S,
+             (long long)S0, (long long)B, heads, groups, d);
+    cmp(what, dt, dl(gpu, &go), co.data, nout);
+    snprintf(what, sizeof what, "attention_kv S=%lld B=%lld h=%d/g=%d d=%d cache", (long long)S, (long long)B, heads,
+             groups, d);
+    cmp(what, dt, dl(gpu, &gc), cc.data, ncache);
+    release_all();
+}
+
+static void test_attention_kv(void) {
+    for (size_t k = 0; k < sizeof k_dtypes / sizeof k_dtypes[0]; k++) {
+        attention_kv_case(70, 60, 2, 8, 2, 128, k_dtypes[k]);
+        attention_kv_case(40, 1, 1, 4, 4, 64, k_dtypes[k]);
+    }
+}
+
 static void test_attention(void) {
     attn_cfg cfgs[] = {
         {67, 2, 4, 2, 64, 0.0f, false},  /* GQA, ragged sequence */
@@ -1648,6 +1687,7 @@ int main(void) {
     RUN_SELECTED(test_xent);
     RUN_SELECTED(test_xent_fused);
     RUN_SELECTED(test_attention);
+    RUN_SELECTED(test_attention_kv);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_reductions);
     const char *bench = getenv("MC_TEST_BENCH");

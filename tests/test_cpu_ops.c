@@ -816,6 +816,43 @@ static void attn_naive(const mc_attn_desc *d, const double *qkv, double *out, do
     free(p);
 }
 
+/* attention_kv_fwd (generation): a prompt of S0 tokens through the cache in one call, then
+ * the rest one token a call, gives the naive causal attention of the whole sequence; the
+ * cache holds every position's key and value. */
+static void attn_kv_test(int64_t S, int64_t S0, int64_t B, int heads, int groups, int hd) {
+    mc_attn_desc d = {.seq = S, .batch = B, .heads = heads, .groups = groups, .head_dim = hd,
+                      .softmax_scale = (float)(1.0 / sqrt(hd)), .seg_start = mc_tensor_none()};
+    const int64_t ts = (heads + 2 * groups) * hd, nqkv = S * B * ts, nout = S * B * heads * hd;
+    double *qkv = rnd(nqkv, 1), *ref = dbuf(nout), *lse = dbuf(B * heads * S), *out = dbuf(nout);
+    double *cache = dbuf(S * B * groups * 2 * hd);
+    attn_naive(&d, qkv, ref, lse);
+    mc_tensor C = t1(cache, F64, S * B * groups * 2 * hd);
+    for (int64_t p0 = 0; p0 < S;) {
+        const int64_t n = p0 == 0 ? S0 : 1;
+        mc_attn_desc dd = d;
+        dd.seq = n;
+        mc_tensor O = t1(out + p0 * B * heads * hd, F64, n * B * heads * hd), Q = t1(qkv + p0 * B * ts, F64, n * B * ts);
+        mc_op_attention_kv_fwd(be, &O, &C, &Q, p0, &dd);
+        p0 += n;
+    }
+    check_close("attention_kv_fwd out vs naive", out, ref, nout, 1e-12);
+    const int hpg = heads / groups;
+    double worst = 0; /* the cache: position j's key and value heads of each group, as in qkv */
+    for (int64_t j = 0; j < S; j++)
+        for (int64_t b = 0; b < B; b++)
+            for (int g = 0; g < groups; g++)
+                for (int c = 0; c < 2 * hd; c++)
+                    worst = fmax(worst, fabs(cache[((j * B + b) * groups + g) * 2 * hd + c] -
+                                             qkv[(j * B + b) * ts + (g * (hpg + 2) + hpg) * hd + c]));
+    CHECK(worst == 0, "the cache differs from the keys and values by %g", worst);
+}
+
+static void test_attention_kv_cache(void) {
+    attn_kv_test(23, 9, 2, 4, 2, 16);  /* GQA, prefill then 14 single steps */
+    attn_kv_test(300, 290, 1, 2, 2, 8); /* more than one 256-key block */
+    attn_kv_test(5, 1, 3, 3, 1, 32);   /* MQA, one token at a time from the start */
+}
+
 /* fd_points: finite-difference points for dqkv (all when >= the element count) */
 static void attn_test(int64_t S, int64_t B, int heads, int groups, int hd, bool seg, float dropout, int64_t fd_points) {
     attn_case c = {.d = {.seq = S, .batch = B, .heads = heads, .groups = groups, .head_dim = hd,
@@ -1263,6 +1300,7 @@ int main(void) {
     RUN(test_attention_dropout);
     RUN(test_attention_long_mqa_seg_dropout);
     RUN(test_attention_wide);
+    RUN(test_attention_kv_cache);
     RUN(test_philox_vectorized);
     RUN(test_dropout);
     RUN(test_add_scale);

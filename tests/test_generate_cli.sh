@@ -2,7 +2,8 @@
 # megatron-c generate on the tiny models transformers wrote (tests/fixtures/hf): greedy
 # continuations equal transformers' generate(do_sample=False) token for token (from an
 # imported checkpoint with --load, and straight from the Hugging Face directory with
-# --load-hf), also under TP 2; seeded sampling repeats itself; bad input is one line, exit 2.
+# --load-hf), also under TP 2; the key/value cache gives what recomputing the window gives
+# (greedy and sampled); seeded sampling repeats itself; bad input is one line, exit 2.
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
@@ -34,6 +35,20 @@ for fam in gpt2 llama2 llama31 llama32_tied mistral; do
     check "greedy_equals_transformers_$fam" $(( rc != 0 || $? != 0 )) "rc $rc $(tail -1 "$TMP/$fam.err") $(head -4 "$TMP/$fam.diff")"
 done
 
+# the key/value cache gives what recomputing the window gives: greedy and seeded draws, 40 tokens
+for fam in gpt2 llama31 mistral; do
+    for mode in "" "--temperature 0.9 --top-k 50 --seed 11"; do
+        # shellcheck disable=SC2086
+        a=$(OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/$fam.jsonl" --max-new-tokens 40 \
+            "${TOK[@]}" $mode 2> /dev/null | grep '^{')
+        # shellcheck disable=SC2086
+        b=$(OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/$fam.jsonl" --max-new-tokens 40 \
+            "${TOK[@]}" $mode --no-kv-cache 2> /dev/null | grep '^{')
+        [ -n "$a" ] && [ "$a" = "$b" ]
+        check "kv_cache_equals_window_${fam}${mode:+_sampled}" $? "$(diff <(echo "$a") <(echo "$b") | head -3)"
+    done
+done
+
 FIX=tests/fixtures/hf/llama31
 OMP_NUM_THREADS=1 "$BIN" generate --load-hf "$FIX" --prompts-file "$TMP/llama31.jsonl" --max-new-tokens 16 "${TOK[@]}" \
     > "$TMP/hf.out" 2> "$TMP/hf.err"
@@ -59,7 +74,8 @@ check sampling_differs_with_another_seed $? "'$a' for both seeds"
 # bad input: one line on stderr, exit 2
 for args in "--prompt-ids 1" "--load $TMP/llama31" "--load $TMP/llama31 --prompt-ids 1 --prompt 2" \
             "--load $TMP/llama31 --prompt-ids 300" "--load $TMP/nowhere --prompt-ids 1" \
-            "--load $TMP/llama31 --prompts-file $TMP/nowhere.jsonl" "--load $TMP/llama31 --prompt-ids 1 --max-new-tokens 0"; do
+            "--load $TMP/llama31 --prompts-file $TMP/nowhere.jsonl" "--load $TMP/llama31 --prompt-ids 1 --max-new-tokens 0" \
+            "--load $TMP/gpt2 --prompt-ids 1 --max-new-tokens 64"; do
     # shellcheck disable=SC2086
     OMP_NUM_THREADS=1 "$BIN" generate $args "${TOK[@]}" > /dev/null 2> "$TMP/err"
     code=$?

@@ -232,6 +232,16 @@ static void attention_fwd_dtype(mc_backend *be) {
     mc_tensor out = t1(F32, 32), lse = t1(F16, 8), qkv = t1(F32, 64);
     mc_op_attention_fwd(be, &out, &lse, &qkv, &d);
 }
+static void attention_kv_fwd_shape(mc_backend *be) {
+    mc_attn_desc d = attn_desc();
+    mc_tensor out = t1(F32, 30), cache = t1(F32, 64), qkv = t1(F32, 64);
+    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, 0, &d);
+}
+static void attention_kv_fwd_dtype(mc_backend *be) {
+    mc_attn_desc d = attn_desc();
+    mc_tensor out = t1(F32, 32), cache = t1(F16, 64), qkv = t1(F32, 64);
+    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, 0, &d);
+}
 static void attention_bwd_shape(mc_backend *be) {
     mc_attn_desc d = attn_desc();
     mc_tensor dqkv = t1(F32, 64), dbias = t1(F32, 15), dout = t1(F32, 32), qkv = t1(F32, 64), out = t1(F32, 32);
@@ -412,6 +422,7 @@ static const bad_call k_calls[] = {
     CASES(swiglu_bwd, "dx", "y"),
     CASES(attention_fwd, "out", "lse"),
     CASES(attention_bwd, "dbias", "dout"),
+    CASES(attention_kv_fwd, "out", "cache"),
     CASES(dropout_fwd, "y", "y"),
     CASES(dropout_bwd, "dx", "dx"),
     CASES(dropout_add_fwd, "residual", "residual"),

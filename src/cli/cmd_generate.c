@@ -15,8 +15,11 @@
  * {"prompt": TEXT} or {"text": TEXT} lines): one JSON line each. The prefill and decode
  * speeds go to stderr.
  *
- * This version decodes by recomputing the window (no KV cache yet): exact, and slow on
- * long continuations. */
+ * Decoding goes through a key/value cache (mc_trainer_sample_cached): the prompt in one
+ * forward, then one token a forward; --no-kv-cache recomputes the whole window for every
+ * token instead (the cache's check). Prompt and continuation must fit the model's
+ * positions. The model is built by the trainer, so gradients and optimizer state are
+ * allocated though unused (an inference-only build is to come). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +43,7 @@ typedef struct gen_flags {
     int max_new_tokens;
     double temperature, top_p;
     int top_k;
+    bool no_kv_cache;
 } gen_flags;
 
 #define F(member) offsetof(gen_flags, member)
@@ -52,14 +56,16 @@ static const mc_arg_spec k_flags[] = {
     {"--temperature", MC_ARG_DOUBLE, F(temperature), "0 (default): greedy; else the sampling temperature"},
     {"--top-k", MC_ARG_INT, F(top_k), "draw from the k most likely tokens (default 0: all)"},
     {"--top-p", MC_ARG_DOUBLE, F(top_p), "draw from the most likely tokens up to this probability (default 1)"},
+    {"--no-kv-cache", MC_ARG_TRUE, F(no_kv_cache), "recompute the whole window for every new token (the check of the cache)"},
 };
 #undef F
 #define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
 
-static bool is_own_flag(const char *a) {
+/* 0: not generate's; 1: a switch; 2: a flag with a value */
+static int own_flag(const char *a) {
     for (int i = 0; i < NFLAGS; i++)
-        if (!strcmp(a, k_flags[i].name)) return true;
-    return false;
+        if (!strcmp(a, k_flags[i].name)) return k_flags[i].kind == MC_ARG_TRUE ? 1 : 2;
+    return 0;
 }
 
 /* The prompts as token ids (malloc'd arrays), from the one source given. */
@@ -165,9 +171,10 @@ int mc_cmd_generate(int argc, char **argv) {
     char **own = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1)), **rest = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1));
     int nown = 0, nrest = 0;
     for (int i = 0; i < argc; i++) {
-        if (is_own_flag(argv[i])) {
+        int kind = own_flag(argv[i]);
+        if (kind) {
             own[nown++] = argv[i];
-            if (i + 1 < argc) own[nown++] = argv[++i];
+            if (kind == 2 && i + 1 < argc) own[nown++] = argv[++i];
         } else {
             rest[nrest++] = argv[i];
         }
@@ -215,14 +222,21 @@ int mc_cmd_generate(int argc, char **argv) {
     int64_t longest = 0;
     for (int i = 0; i < ps.n; i++) longest = ps.ids[i].len > longest ? ps.ids[i].len : longest;
     int64_t S = longest + g.max_new_tokens;
-    if (cfg.model.position_embedding_type == MC_POS_LEARNED_ABSOLUTE && S > cfg.model.max_position_embeddings)
-        S = cfg.model.max_position_embeddings;
+    if (cfg.model.max_position_embeddings > 0 && S > cfg.model.max_position_embeddings) {
+        if (!g.no_kv_cache)
+            mc_die_usage("generate: the longest prompt (%lld tokens) and --max-new-tokens %d exceed the model's %d "
+                         "positions",
+                         (long long)longest, g.max_new_tokens, cfg.model.max_position_embeddings);
+        S = cfg.model.max_position_embeddings; /* the window slides */
+    }
     cfg.model.seq_length = (int)S;
     /* The trainer builds data it never reads here: Megatron's mock data, whose tokenizer is the
      * Null one over the model's vocabulary (the prompts went through the user's above). */
     cfg.data.tokenizer_type = MC_TOKENIZER_NULL;
     mc_trainer *t = mc_trainer_create(&cfg, &err);
     if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
+    int (*sample)(mc_trainer *, const int32_t *, int, int, int32_t *, mc_err *) =
+        g.no_kv_cache ? mc_trainer_sample : mc_trainer_sample_cached;
     int32_t eod = mc_tokenizer_eod(tok);
     int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)g.max_new_tokens);
     int rc = 0;
@@ -230,10 +244,10 @@ int mc_cmd_generate(int argc, char **argv) {
     int64_t prefill_tokens = 0, decode_tokens = 0;
     for (int i = 0; i < ps.n && rc == 0; i++) {
         double t0 = mc_time_now();
-        if (mc_trainer_sample(t, ps.ids[i].data, (int)ps.ids[i].len, 1, out, &err) != MC_OK) rc = 1;
+        if (sample(t, ps.ids[i].data, (int)ps.ids[i].len, 1, out, &err) != MC_OK) rc = 1;
         double t1 = mc_time_now();
         if (rc == 0 && g.max_new_tokens > 1 &&
-            mc_trainer_sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK)
+            sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK)
             rc = 1;
         double t2 = mc_time_now();
         if (rc) break;
@@ -264,8 +278,9 @@ int mc_cmd_generate(int argc, char **argv) {
     }
     if (rc) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
     else if (mc_log_rank() == 0)
-        fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (no KV cache)\n", ps.n,
-                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0);
+        fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (%s)\n", ps.n,
+                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0,
+                g.no_kv_cache ? "no KV cache" : "KV cache");
     free(out);
     mc_trainer_free(t);
     if (tmp_ckpt[0]) {

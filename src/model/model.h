@@ -284,6 +284,25 @@ void mc_model_sum_losses(const void *loss, mc_dtype loss_dt, const void *mask, m
 int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b);
 void mc_model_forward_only(mc_model *m, const mc_microbatch *mb);
 
+/* ---- generation with a key/value cache ----
+ * Per layer [cap, batch, this rank's query groups, 2, kv_channels] in the activation dtype
+ * (backend.h's attention_kv_fwd). mc_model_forward_cached runs mb's seq new tokens, at
+ * positions pos0 .. pos0 + seq - 1 (mb->pos must hold them: RoPE and learned positions read
+ * it), through every layer, storing their keys and values and attending over the cache;
+ * then the final norm's output is in place for mc_model_argmax_at / mc_model_row_logits.
+ * Not with sequence parallelism; mb->seq at most the planned sequence. */
+typedef struct mc_kv_cache {
+    mc_tensor *layers;
+    int n;
+    int64_t cap, batch;
+} mc_kv_cache;
+void mc_kv_cache_alloc(mc_model *m, mc_kv_cache *c, int64_t cap, int64_t batch);
+void mc_kv_cache_free(mc_model *m, mc_kv_cache *c);
+void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t pos0);
+/* The logits (this rank's vocabulary shard, F32) of row `row` (t * batch + b) of the last
+ * forward's final-norm output, into out [vocab_local]. */
+void mc_model_row_logits(mc_model *m, int64_t row, float *out);
+
 /* This rank's logits [N, vocab_local] of a micro-batch into host memory, as F32 (for
  * tests and export checks; allocates a host staging buffer). */
 void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out);

@@ -68,6 +68,8 @@ typedef struct {
     bool acc;        /* weight gradients accumulate (false: the first backward after a reset writes them) */
     uint64_t stream;
     const mc_microbatch *mb;
+    mc_kv_cache *cache; /* generation: the new tokens attend over it (positions from pos0) */
+    int64_t pos0;
 } pass_ctx;
 
 /* ---- tensor/sequence-parallel boundaries ---- */
@@ -166,7 +168,7 @@ static mc_rope_desc rope_desc(pass_ctx *p) {
         .rot_dim = m->rot_dim,
         .cos = m->rope_cos,
         .sin = m->rope_sin,
-        .pos = mc_tensor_none(),
+        .pos = p->cache ? p->mb->pos : mc_tensor_none(), /* generation: absolute positions */
     };
     return d;
 }
@@ -264,8 +266,12 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
         mc_rope_desc rd = rope_desc(p);
         mc_op_rope(be, &qkv, &rd, false);
     }
-    mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
-    mc_op_attention_fwd(be, &att, &lse, &qkv, &ad);
+    if (p->cache) {
+        mc_op_attention_kv_fwd(be, &att, &p->cache->layers[l], &qkv, p->pos0, &ad);
+    } else {
+        mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
+        mc_op_attention_fwd(be, &att, &lse, &qkv, &ad);
+    }
     mc_tensor x_in = rows_of(&a->x_in, p->Nl), x_mid = rows_of(&a->x_mid, p->Nl);
     residual_branch_fwd(p, &x_mid, &x_in, &att, lp->proj_w, lp->proj_b, hp, site_attn_res(l));
 
@@ -546,6 +552,33 @@ void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {
     run_forward(&p);
 }
 
+void mc_kv_cache_alloc(mc_model *m, mc_kv_cache *c, int64_t cap, int64_t batch) {
+    int64_t n = cap * batch * m->groups_local * 2 * m->cfg.kv_channels;
+    c->n = m->cfg.num_layers;
+    c->cap = cap;
+    c->batch = batch;
+    c->layers = mc_xcalloc((size_t)c->n, sizeof(mc_tensor));
+    for (int l = 0; l < c->n; l++)
+        c->layers[l] = mc_tensor_1d(m->be->alloc(m->be, (size_t)n * mc_dtype_size(m->act_dtype)), m->act_dtype, n);
+}
+
+void mc_kv_cache_free(mc_model *m, mc_kv_cache *c) {
+    for (int l = 0; l < c->n; l++) m->be->free(m->be, c->layers[l].data);
+    free(c->layers);
+    memset(c, 0, sizeof *c);
+}
+
+void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t pos0) {
+    MC_ASSERT(!m->sp, "generation with a key/value cache runs without sequence parallelism");
+    MC_ASSERT(mb->seq >= 1 && mb->seq <= m->seq && mb->batch == c->batch && pos0 + mb->seq <= c->cap,
+              "cached forward: %lld new tokens at %lld, cache of %lld", (long long)mb->seq, (long long)pos0,
+              (long long)c->cap);
+    pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch, .train = false,
+                  .acc = !m->grads_reset, .mb = mb, .cache = c, .pos0 = pos0};
+    p.Nl = p.N;
+    run_forward(&p);
+}
+
 /* Element i of a host copy of activations of dtype dt, widened. */
 static double host_value(const char *host, mc_dtype dt, int64_t i) {
     switch (dt) {
@@ -583,6 +616,15 @@ int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int6
     double cand = (best == vmax && best_id >= 0) ? (double)best_id : INFINITY;
     mc_comm_all_reduce_host_f64(&m->comm->tp, &cand, 1, MC_REDUCE_MIN);
     return (int32_t)cand;
+}
+
+void mc_model_row_logits(mc_model *m, int64_t row, float *out) {
+    mc_tensor x = rows_at(&m->yf, row, 1), logits = rows_of(&m->logits, 1), w = mc_model_param(m, m->out_w);
+    mc_tensor none = mc_tensor_none();
+    mc_op_linear_fwd(m->be, &logits, &x, &w, &none);
+    size_t esz = mc_dtype_size(m->act_dtype);
+    m->be->copy_d2h(m->be, m->host_logits, logits.data, (size_t)m->vocab_local * esz);
+    for (int64_t j = 0; j < m->vocab_local; j++) out[j] = (float)host_value(m->host_logits, m->act_dtype, j);
 }
 
 void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out) {

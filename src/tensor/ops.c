@@ -581,6 +581,24 @@ void mc_op_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const m
     be->attention_fwd(be, out, lse, qkv, d);
 }
 
+void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
+                            const mc_attn_desc *d) {
+    const char *op = "attention_kv_fwd";
+    mc_dtype dt = attention_checks(be, op, qkv, d);
+    if (d->dropout != 0.0f) op_fail(op, "d.dropout", "0 (generation)", textf("%g", (double)d->dropout).s);
+    if (mc_tensor_present(&d->seg_start)) op_fail(op, "d.seg_start", "absent (generation)", "present");
+    need_act(op, "out", out, dt, "qkv's");
+    need_numel(op, "out", out, d->seq * d->batch * d->heads * d->head_dim, "S x B x heads x head_dim");
+    need_act(op, "cache", cache, dt, "qkv's");
+    int64_t per_pos = d->batch * d->groups * 2 * d->head_dim, n = mc_tensor_numel(cache);
+    if (n % per_pos != 0 || pos0 < 0 || pos0 + d->seq > n / per_pos)
+        op_fail(op, "cache", "[cap, B, groups, 2, head_dim] with pos0 + S <= cap",
+                textf("%lld elements, pos0 %lld, S %lld", (long long)n, (long long)pos0, (long long)d->seq).s);
+    need_apart(op, "cache", cache, "qkv", qkv);
+    need_supported(be, op, &(mc_op_sizes){.op = MC_OP_ATTENTION_KV_FWD, .attn = d});
+    be->attention_kv_fwd(be, out, cache, qkv, pos0, d);
+}
+
 void mc_op_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                          const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
     const char *op = "attention_bwd";

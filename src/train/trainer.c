@@ -626,6 +626,73 @@ static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len,
     return MC_OK;
 }
 
+/* The same continuation through the key/value cache: the prompt in one cached forward
+ * (prefill), then one token a forward (decode), each attending over the cache. */
+static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
+                           mc_err *err) {
+    mc_trainer_finish(t);
+    const int64_t S = t->cfg.model.seq_length, cap = (int64_t)prompt_len + n;
+    const int64_t P = t->cfg.model.max_position_embeddings > 0 ? t->cfg.model.max_position_embeddings : S;
+    if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
+    if (prompt_len > S)
+        return mc_err_set(err, "generate: the prompt's %d tokens exceed the sequence length %lld", prompt_len,
+                          (long long)S);
+    if (cap > P)
+        return mc_err_set(err, "generate: %d prompt and %d new tokens exceed the model's %lld positions", prompt_len, n,
+                          (long long)P);
+    if (t->model.sp) return mc_err_set(err, "generate: the key/value cache runs without --sequence-parallel");
+    mc_backend *be = t->be;
+    mc_kv_cache cache;
+    mc_kv_cache_alloc(&t->model, &cache, cap, 1);
+    mc_microbatch mb = t->mb;
+    t->mb_stale = true; /* its buffers are written below */
+    mb.batch = 1;
+    mb.seg_start = mc_tensor_none();
+    int32_t *pos = mc_xmalloc(sizeof(int32_t) * (size_t)prompt_len);
+    for (int i = 0; i < prompt_len; i++) pos[i] = i;
+    int64_t V = t->model.vocab_local, Vp = (int64_t)t->model.padded_vocab;
+    float *local = draw ? mc_xmalloc(sizeof(float) * (size_t)V) : NULL;
+    float *row = draw ? mc_xmalloc(sizeof(float) * (size_t)Vp) : NULL;
+    scored *tmp = draw ? mc_xmalloc(sizeof(scored) * (size_t)Vp) : NULL;
+    mc_backend *host = draw ? mc_backend_cpu_create() : NULL;
+    uint64_t stream = mc_stream_of_name("sample");
+    const int32_t *feed = prompt;
+    int64_t count = prompt_len, at = 0;
+    for (int i = 0; i < n; i++) {
+        mb.seq = count;
+        mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = count;
+        be->copy_h2d(be, mb.tokens.data, feed, (size_t)count * 4);
+        be->copy_h2d(be, mb.pos.data, pos, (size_t)count * 4);
+        mc_model_forward_cached(&t->model, &mb, &cache, at);
+        int32_t next;
+        if (!draw) {
+            next = mc_model_argmax_at(&t->model, &mb, count - 1, 0);
+        } else {
+            mc_model_row_logits(&t->model, count - 1, local);
+            mc_tensor in = mc_tensor_1d(local, MC_F32, V), all = mc_tensor_1d(row, MC_F32, Vp);
+            mc_comm_all_gather(&t->comm.tp, host, &all, &in);
+            float u = mc_philox_uniform(t->cfg.train.seed, stream, (uint64_t)i);
+            next = pick_token(row, t->cfg.model.vocab_size, &t->cfg.log, u, tmp);
+        }
+        out[i] = next;
+        at += count; /* the next token goes at position `at` */
+        pos[0] = (int32_t)at;
+        feed = &out[i];
+        count = 1;
+    }
+    if (host) host->destroy(host);
+    free(local);
+    free(row);
+    free(tmp);
+    free(pos);
+    mc_kv_cache_free(&t->model, &cache);
+    return MC_OK;
+}
+
+int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
+    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, err);
+}
+
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
     return continue_prompt(t, prompt, prompt_len, n, false, out, err);
 }

@@ -96,6 +96,12 @@ static bool cpu_supports(mc_backend *be, const mc_op_sizes *s, mc_op_refusal *wh
     case MC_OP_LINEAR_RESIDUAL_FWD:
     case MC_OP_LINEAR_GELU_FWD:
     case MC_OP_LINEAR_DGELU_BWD: return mc_cpu_gemm_supports(s, why);
+    case MC_OP_ATTENTION_KV_FWD:
+        if (s->attn->head_dim <= 512) return true;
+        *why = (mc_op_refusal){.operand = "d.head_dim"};
+        snprintf(why->expected, sizeof why->expected, "at most 512 on the CPU");
+        snprintf(why->given, sizeof why->given, "%d", s->attn->head_dim);
+        return false;
     default: return true;
     }
 }
@@ -220,6 +226,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->swiglu_bwd = mc_cpu_swiglu_bwd;
     be->attention_fwd = mc_cpu_attention_fwd;
     be->attention_bwd = mc_cpu_attention_bwd;
+    be->attention_kv_fwd = mc_cpu_attention_kv_fwd;
     be->dropout_fwd = mc_cpu_dropout_fwd;
     be->dropout_bwd = mc_cpu_dropout_bwd;
     be->dropout_add_fwd = mc_cpu_dropout_add_fwd;

@@ -127,6 +127,9 @@ void mc_cpu_swiglu_fwd(mc_backend *, mc_tensor *y, const mc_tensor *x);
 void mc_cpu_swiglu_bwd(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x);
 /* attention.c */
 void mc_cpu_attention_fwd(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv, const mc_attn_desc *d);
+/* attention_kv.c (head_dim <= 512) */
+void mc_cpu_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
+                             const mc_attn_desc *d);
 void mc_cpu_attention_bwd(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 /* dropout.c */

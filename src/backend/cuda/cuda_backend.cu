@@ -251,6 +251,7 @@ static bool cuda_supports(mc_backend *be, const mc_op_sizes *s, mc_op_refusal *w
     switch (s->op) {
     case MC_OP_ATTENTION_FWD:
     case MC_OP_ATTENTION_BWD: return mc_cuda_attention_supports(s, why);
+    case MC_OP_ATTENTION_KV_FWD: return mc_cuda_attention_kv_supports(s, why);
     case MC_OP_EMBEDDING_BWD: return mc_cuda_embedding_bwd_supports(s, why);
     case MC_OP_XENT_ROWSTATS:
     case MC_OP_XENT_LOSS_GRAD:
@@ -421,6 +422,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->swiglu_bwd = mc_cuda_swiglu_bwd;
     be->attention_fwd = mc_cuda_attention_fwd;
     be->attention_bwd = mc_cuda_attention_bwd;
+    be->attention_kv_fwd = mc_cuda_attention_kv_fwd;
     be->dropout_fwd = mc_cuda_dropout_fwd;
     be->dropout_bwd = mc_cuda_dropout_bwd;
     be->dropout_add_fwd = mc_cuda_dropout_add_fwd;

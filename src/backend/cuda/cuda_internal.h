@@ -195,6 +195,10 @@ template <typename T>
 constexpr mc_dtype mc_dtype_of() {
     return sizeof(T) == 4 ? MC_F32 : std::is_same<T, __half>::value ? MC_F16 : MC_BF16;
 }
+/* attention_kv.cu */
+bool mc_cuda_attention_kv_supports(const mc_op_sizes *s, mc_op_refusal *why);
+void mc_cuda_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
+                              const mc_attn_desc *d);
 /* ---- op entry points (the vtable's functions) ---- */
 /* gemm.cu */
 void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
