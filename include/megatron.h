@@ -271,6 +271,12 @@ int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int 
  * forward over the cache): the same tokens, up to rounding; prompt_len + n at most the
  * model's positions, prompt_len at most the sequence length; not with sequence parallelism. */
 int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
+/* The same, calling on_token(ctx, token) as each token is drawn (every rank alike); a false
+ * return stops the continuation there (say, at the end of document). *produced: the tokens
+ * written to out. */
+int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,
+                             bool (*on_token)(void *ctx, int32_t token), void *ctx, int32_t *out, int *produced,
+                             mc_err *err);
 /* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
  * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);

@@ -65,6 +65,12 @@ else
 fi
 sample() { OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompt "1 2 3" --max-new-tokens 24 --temperature 1 \
     --top-p 0.9 "${TOK[@]}" --seed "$1" 2> /dev/null | grep -v "checkpoint"; }
+# one prompt streams its tokens as they come: the same text as the window recompute prints at the end
+one() { OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompt "5 6 7" --max-new-tokens 30 "${TOK[@]}" "$@" \
+    2> /dev/null | grep -v "checkpoint"; }
+s1=$(one) s2=$(one --no-kv-cache)
+[ -n "$s1" ] && [ "$s1" = "$s2" ]
+check streamed_equals_window "'$s1' vs '$s2'"
 a=$(sample 7) b=$(sample 7) c=$(sample 8)
 [ -n "$a" ] && [ "$a" = "$b" ]
 check sampling_repeats_with_its_seed $? "'$a' vs '$b'"

@@ -158,6 +158,32 @@ static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
     return tok;
 }
 
+/* Streaming one prompt's continuation: each token's text as it comes (the text of all the
+ * tokens so far, decoded again, less what was printed: a token may complete a character
+ * that an earlier one began); stops at the end of document. */
+typedef struct stream_ctx {
+    const mc_tokenizer *tok;
+    int32_t eod;
+    const int32_t *ids; /* the continuation so far (the caller's out) */
+    int count;
+    size_t printed;
+    bool print;
+} stream_ctx;
+
+static bool print_token(void *p, int32_t token) {
+    stream_ctx *c = p;
+    if (token == c->eod) return false;
+    c->count++;
+    if (!c->print) return true;
+    size_t len;
+    char *text = mc_tokenizer_decode(c->tok, c->ids, c->count, &len);
+    if (len > c->printed) fwrite(text + c->printed, 1, len - c->printed, stdout);
+    fflush(stdout);
+    c->printed = len;
+    free(text);
+    return true;
+}
+
 int mc_cmd_generate(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -246,19 +272,26 @@ int mc_cmd_generate(int argc, char **argv) {
         double t0 = mc_time_now();
         if (sample(t, ps.ids[i].data, (int)ps.ids[i].len, 1, out, &err) != MC_OK) rc = 1;
         double t1 = mc_time_now();
-        if (rc == 0 && g.max_new_tokens > 1 &&
-            sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK)
+        int n = g.max_new_tokens;
+        stream_ctx sc = {.tok = tok, .eod = eod, .ids = out, .print = mc_log_rank() == 0};
+        if (rc == 0 && ps.n == 1 && !g.no_kv_cache) { /* one prompt: its tokens printed as they come */
+            if (mc_trainer_sample_stream(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, print_token, &sc,
+                                         out, &n, &err) != MC_OK)
+                rc = 1;
+            if (sc.print) printf("\n");
+        } else if (rc == 0 && g.max_new_tokens > 1 &&
+                   sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK) {
             rc = 1;
+        }
         double t2 = mc_time_now();
         if (rc) break;
         prefill_s += t1 - t0;
         prefill_tokens += ps.ids[i].len;
         decode_s += (t2 - t1) - (t1 - t0);
-        decode_tokens += g.max_new_tokens - 1;
-        int n = g.max_new_tokens;
+        decode_tokens += n - 1;
         for (int k = 0; k < n; k++)
             if (out[k] == eod) n = k; /* stop at the end of document */
-        if (mc_log_rank() != 0) continue;
+        if (mc_log_rank() != 0 || (ps.n == 1 && !g.no_kv_cache)) continue;
         size_t len;
         char *text = mc_tokenizer_decode(tok, out, n, &len);
         if (ps.n == 1) {

@@ -629,7 +629,7 @@ static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len,
 /* The same continuation through the key/value cache: the prompt in one cached forward
  * (prefill), then one token a forward (decode), each attending over the cache. */
 static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
-                           mc_err *err) {
+                           int *produced, bool (*on_token)(void *, int32_t), void *ctx, mc_err *err) {
     mc_trainer_finish(t);
     const int64_t S = t->cfg.model.seq_length, cap = (int64_t)prompt_len + n;
     const int64_t P = t->cfg.model.max_position_embeddings > 0 ? t->cfg.model.max_position_embeddings : S;
@@ -675,6 +675,8 @@ static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len,
             next = pick_token(row, t->cfg.model.vocab_size, &t->cfg.log, u, tmp);
         }
         out[i] = next;
+        *produced = i + 1;
+        if (on_token && !on_token(ctx, next)) break;
         at += count; /* the next token goes at position `at` */
         pos[0] = (int32_t)at;
         feed = &out[i];
@@ -690,7 +692,17 @@ static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len,
 }
 
 int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
-    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, err);
+    int produced = 0;
+    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, &produced, NULL, NULL,
+                           err);
+}
+
+int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,
+                             bool (*on_token)(void *ctx, int32_t token), void *ctx, int32_t *out, int *produced,
+                             mc_err *err) {
+    *produced = 0;
+    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, produced, on_token, ctx,
+                           err);
 }
 
 int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
