@@ -70,7 +70,7 @@ one() { OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompt "5 6 7"
     2> /dev/null | grep -v "checkpoint"; }
 s1=$(one) s2=$(one --no-kv-cache)
 [ -n "$s1" ] && [ "$s1" = "$s2" ]
-check streamed_equals_window "'$s1' vs '$s2'"
+check streamed_equals_window $? "'$s1' vs '$s2'"
 a=$(sample 7) b=$(sample 7) c=$(sample 8)
 [ -n "$a" ] && [ "$a" = "$b" ]
 check sampling_repeats_with_its_seed $? "'$a' vs '$b'"
