@@ -269,9 +269,8 @@ int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, in
 int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
 /* mc_trainer_sample through a key/value cache (the prompt in one forward, then one token a
  * forward over the cache): the same tokens, up to rounding; prompt_len + n at most the
- * model's positions, prompt_len at most the sequence length; not with sequence parallelism. */
-int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
-/* The same, calling on_token(ctx, token) as each token is drawn (every rank alike); a false
+ * model's positions, prompt_len at most the sequence length; not with sequence parallelism.
+ * on_token (optional) is called with each token as it is drawn (every rank alike); a false
  * return stops the continuation there (say, at the end of document). *produced: the tokens
  * written to out. */
 int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,

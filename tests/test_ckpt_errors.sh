@@ -7,17 +7,12 @@
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
+source "$(dirname "$0")/check.sh"
 
 BASE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --micro-batch-size 2 --global-batch-size 4 --train-iters 6 --lr 1e-3 --mock-data --tokenizer-type NullTokenizer
       --vocab-size 128 --device cpu --eval-iters 0 --peak-tflops 1)
 
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # A fresh checkpoint directory $TMP/$1 holding iterations 2 and 4 (or only 2 with "one").
 make_ckpt() {
@@ -112,5 +107,4 @@ else
     cat "$TMP/err" | head -3
 fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+check_summary

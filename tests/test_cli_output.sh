@@ -5,13 +5,7 @@
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-check() { # NAME CONDITION-EXIT-CODE DETAIL
-    if [ "$2" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $1"; else fail=$((fail + 1)); echo "FAIL $1: $3"; fi
-}
+source "$(dirname "$0")/check.sh"
 BASE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 --train-iters 3
       --lr 1e-3 --mock-data --tokenizer-type NullTokenizer --vocab-size 128 --device cpu --log-interval 1 --eval-iters 0)
 
@@ -48,5 +42,4 @@ check sample_top_k_1_is_greedy $([ -n "$greedy" ] && [ "$greedy" = "$top1" ]; ec
 check sample_repeats_with_its_seed $([ -n "$hot1" ] && [ "$hot1" = "$hot2" ]; echo $?) "'$hot1' vs '$hot2'"
 check sample_with_temperature_varies $([ "$hot1" != "$greedy" ]; echo $?) "the same as greedy: '$hot1'"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+check_summary

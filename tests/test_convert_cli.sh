@@ -3,18 +3,13 @@
 # that `train --load DIR --finetune` starts from (one process, and TP 2 under mpirun: any
 # layout), whose first loss is the same in both (the TP-2 run pads the vocabulary to the
 # same 384 rows with --make-vocab-size-divisible-by 64: rows a layout pads beyond the stored
-# ones keep their initial values, and the loss covers the padded columns, as Megatron's); exported again it is a Hugging Face
-# directory with the tokenizer files given; bad flags are one line and exit 2.
+# ones keep their initial values, and the loss covers the padded columns, as Megatron's);
+# exported again it is a Hugging Face directory with the tokenizer files given; bad flags
+# are one line and exit 2.
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+source "$(dirname "$0")/check.sh"
 
 FIX=tests/fixtures/hf/llama31
 "$BIN" convert --input "$FIX" --output "$TMP/ckpt" --to megatron-c > "$TMP/import.log" 2>&1
@@ -72,5 +67,4 @@ for args in "--input $FIX --to megatron-c" "--input $FIX --output $TMP/x --to on
     [ $code = 2 ] && [ "$(wc -l < "$TMP/err")" = 1 ] && [ ! -e "$TMP/x" ]
     check "bad_flags: $args" $? "exit $code, $(wc -l < "$TMP/err") lines: $(head -2 "$TMP/err")"
 done
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+check_summary

@@ -7,13 +7,7 @@
 set -u
 BUILD=${1:-build}
 BIN="$BUILD/megatron-c"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-check() { if [ "$2" = 0 ]; then ok "$1"; else bad "$1: $3"; fi; }
+source "$(dirname "$0")/check.sh"
 # NullTokenizer: prompts are space-separated ids; its end of document is id 299 (V - 1),
 # which no fixture continuation holds, so none stops early
 TOK=(--tokenizer-type NullTokenizer --vocab-size 300 --device cpu)
@@ -88,5 +82,4 @@ for args in "--prompt-ids 1" "--load $TMP/llama31" "--load $TMP/llama31 --prompt
     [ $code = 2 ] && [ "$(wc -l < "$TMP/err")" = 1 ]
     check "bad_input: $args" $? "exit $code: $(head -2 "$TMP/err")"
 done
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+check_summary

@@ -63,8 +63,7 @@ static void print_object(FILE *out, const char *label, const cJSON *o) {
     fprintf(out, "\n");
 }
 
-/* Re-reads file f against its block and whole-file checksums. */
-static int verify_file(const mc_ckpt_meta *m, int f, mc_err *err) {
+int mc_ckpt_verify_file(const mc_ckpt_meta *m, int f, mc_err *err) {
     const mc_ckpt_file_meta *fm = &m->files[f];
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", m->dir, fm->name);
@@ -130,7 +129,7 @@ int mc_ckpt_inspect(const char *path, bool verify, FILE *out, mc_err *err) {
     }
     int rc = MC_OK;
     if (verify) {
-        for (int f = 0; f < m.nfiles && rc == MC_OK; f++) rc = verify_file(&m, f, err);
+        for (int f = 0; f < m.nfiles && rc == MC_OK; f++) rc = mc_ckpt_verify_file(&m, f, err);
         if (rc == MC_OK) {
             human(total, size, sizeof size);
             fprintf(out, "verified: %d files, %s: every checksum holds\n", m.nfiles, size);

@@ -114,6 +114,10 @@ typedef struct mc_ckpt_rank_desc {
 /* Merges the ranks' descriptions and the common part into metadata.json's object. */
 cJSON *mc_ckpt_meta_merge(cJSON *common, cJSON **ranks, int nranks, mc_err *err);
 
+/* Re-reads file f of a checkpoint against its block and whole-file checksums (ckpt_inspect.c;
+ * inspect-ckpt --verify, and the weights reader, which needs every byte anyway). */
+int mc_ckpt_verify_file(const mc_ckpt_meta *m, int f, mc_err *err);
+
 /* ---- finding checkpoints (ckpt_load.c) ---- */
 
 /* The iterations of the iter_N directories in dir (not the .tmp ones), newest first

@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/crc32c.h"
-#include "base/file.h"
 #include "ckpt/ckpt_internal.h"
 
 /* The iteration a --load of dir takes: the tracker's, else the newest iter_N. */
@@ -13,31 +11,15 @@ static int pick_iteration(const char *dir, int64_t *iteration, mc_err *err) {
     int64_t tracked = -1;
     int rc = mc_ckpt_read_tracker(dir, &tracked, err);
     if (rc == MC_ERR) return MC_ERR;
-    int n = 0;
-    int64_t *its = mc_ckpt_list_iterations(dir, &n);
-    free(its);
     if (rc == 1) {
         *iteration = tracked;
         return MC_OK;
     }
+    int n = 0;
+    int64_t *its = mc_ckpt_list_iterations(dir, &n); /* newest first */
+    if (n > 0) *iteration = its[0];
+    free(its);
     if (n == 0) return mc_err_set(err, "%s holds no checkpoint (no %s, no iter_NNNNNNN directory)", dir, MC_CKPT_TRACKER);
-    int64_t *again = mc_ckpt_list_iterations(dir, &n);
-    *iteration = again[0]; /* newest first */
-    free(again);
-    return MC_OK;
-}
-
-/* Checks a whole file's CRC-32C against the metadata. */
-static int check_file(const mc_ckpt_meta *meta, const mc_ckpt_file_meta *f, mc_err *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", meta->dir, f->name);
-    char *data;
-    size_t n;
-    if (mc_read_file(path, &data, &n, err) != MC_OK) return MC_ERR;
-    uint32_t crc = mc_crc32c(0, data, n);
-    free(data);
-    if ((int64_t)n != f->bytes || crc != f->crc)
-        return mc_err_set(err, "%s: damaged (size or CRC-32C differs from metadata.json)", path);
     return MC_OK;
 }
 
@@ -80,7 +62,7 @@ int mc_ckpt_read_weights(const char *dir, mc_model_config *m, int *padded_vocab,
     char iter_dir[4096];
     if (open_meta(dir, &meta, iter_dir, sizeof iter_dir, m, padded_vocab, iteration, err) != MC_OK) return MC_ERR;
     int rc = MC_OK;
-    for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) rc = check_file(&meta, &meta.files[f], err);
+    for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) rc = mc_ckpt_verify_file(&meta, f, err);
     mc_safetensors **files = mc_xcalloc((size_t)meta.nfiles + 1, sizeof *files);
     for (int f = 0; f < meta.nfiles && rc == MC_OK; f++) {
         char path[8192];

@@ -15,7 +15,7 @@
  * {"prompt": TEXT} or {"text": TEXT} lines): one JSON line each. The prefill and decode
  * speeds go to stderr.
  *
- * Decoding goes through a key/value cache (mc_trainer_sample_cached): the prompt in one
+ * Decoding goes through a key/value cache (mc_trainer_sample_stream): the prompt in one
  * forward, then one token a forward; --no-kv-cache recomputes the whole window for every
  * token instead (the cache's check). Prompt and continuation must fit the model's
  * positions. The model is built by the trainer, so gradients and optimizer state are
@@ -33,6 +33,7 @@
 #include "base/timer.h"
 #include "ckpt/ckpt.h"
 #include "cli/commands.h"
+#include "data/data.h"
 #include "comm/comm.h"
 #include "megatron.h"
 #include "tokenizer/tokenizer.h"
@@ -144,23 +145,17 @@ static void read_prompts(prompt_set *p, const gen_flags *g, const mc_tokenizer *
 }
 
 static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
-    mc_tokenizer_options opt = {
-        .type = cfg->data.tokenizer_type,
-        .vocab_file = cfg->data.vocab_file,
-        .merge_file = cfg->data.merge_file,
-        .tokenizer_model = cfg->data.tokenizer_model,
-        .vocab_size = cfg->model.vocab_size,
-        .hf_include_special_tokens = !cfg->data.tokenizer_hf_no_include_special_tokens,
-    };
+    mc_tokenizer_options opt = mc_data_tokenizer_options(cfg);
     mc_tokenizer *tok;
     mc_err err;
     if (mc_tokenizer_open(&tok, &opt, &err) != MC_OK) mc_die_usage("generate: %s", err.msg);
     return tok;
 }
 
-/* Streaming one prompt's continuation: each token's text as it comes (the text of all the
- * tokens so far, decoded again, less what was printed: a token may complete a character
- * that an earlier one began); stops at the end of document. */
+/* Each token of a continuation as it comes: the time of the first (the prefill's end), the
+ * text when streaming one prompt (all the tokens so far decoded again, less what was
+ * printed: a token may complete a character that an earlier one began), and the stop at
+ * the end of document. */
 typedef struct stream_ctx {
     const mc_tokenizer *tok;
     int32_t eod;
@@ -168,10 +163,12 @@ typedef struct stream_ctx {
     int count;
     size_t printed;
     bool print;
+    double first_at;
 } stream_ctx;
 
-static bool print_token(void *p, int32_t token) {
+static bool on_token(void *p, int32_t token) {
     stream_ctx *c = p;
+    if (c->first_at == 0) c->first_at = mc_time_now();
     if (token == c->eod) return false;
     c->count++;
     if (!c->print) return true;
@@ -261,39 +258,36 @@ int mc_cmd_generate(int argc, char **argv) {
     cfg.data.tokenizer_type = MC_TOKENIZER_NULL;
     mc_trainer *t = mc_trainer_create(&cfg, &err);
     if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
-    int (*sample)(mc_trainer *, const int32_t *, int, int, int32_t *, mc_err *) =
-        g.no_kv_cache ? mc_trainer_sample : mc_trainer_sample_cached;
     int32_t eod = mc_tokenizer_eod(tok);
     int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)g.max_new_tokens);
     int rc = 0;
     double prefill_s = 0, decode_s = 0;
     int64_t prefill_tokens = 0, decode_tokens = 0;
+    const bool stream = ps.n == 1 && !g.no_kv_cache && mc_log_rank() == 0; /* one prompt: printed as it comes */
     for (int i = 0; i < ps.n && rc == 0; i++) {
-        double t0 = mc_time_now();
-        if (sample(t, ps.ids[i].data, (int)ps.ids[i].len, 1, out, &err) != MC_OK) rc = 1;
-        double t1 = mc_time_now();
+        stream_ctx sc = {.tok = tok, .eod = eod, .ids = out, .print = stream};
+        const int len = (int)ps.ids[i].len;
         int n = g.max_new_tokens;
-        stream_ctx sc = {.tok = tok, .eod = eod, .ids = out, .print = mc_log_rank() == 0};
-        if (rc == 0 && ps.n == 1 && !g.no_kv_cache) { /* one prompt: its tokens printed as they come */
-            if (mc_trainer_sample_stream(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, print_token, &sc,
-                                         out, &n, &err) != MC_OK)
-                rc = 1;
-            if (sc.print) printf("\n");
-        } else if (rc == 0 && g.max_new_tokens > 1 &&
-                   sample(t, ps.ids[i].data, (int)ps.ids[i].len, g.max_new_tokens, out, &err) != MC_OK) {
+        const double t0 = mc_time_now();
+        int r = g.no_kv_cache ? mc_trainer_sample(t, ps.ids[i].data, len, n, out, &err)
+                              : mc_trainer_sample_stream(t, ps.ids[i].data, len, n, on_token, &sc, out, &n, &err);
+        const double t2 = mc_time_now();
+        if (r != MC_OK) {
             rc = 1;
+            break;
         }
-        double t2 = mc_time_now();
-        if (rc) break;
+        if (stream) printf("\n");
+        /* through the cache the first token ends the prefill; the window recompute has none */
+        const double t1 = g.no_kv_cache ? t0 : sc.first_at;
         prefill_s += t1 - t0;
-        prefill_tokens += ps.ids[i].len;
-        decode_s += (t2 - t1) - (t1 - t0);
-        decode_tokens += n - 1;
+        prefill_tokens += len;
+        decode_s += t2 - t1;
+        decode_tokens += g.no_kv_cache ? n : n - 1;
         for (int k = 0; k < n; k++)
             if (out[k] == eod) n = k; /* stop at the end of document */
-        if (mc_log_rank() != 0 || (ps.n == 1 && !g.no_kv_cache)) continue;
-        size_t len;
-        char *text = mc_tokenizer_decode(tok, out, n, &len);
+        if (mc_log_rank() != 0 || stream) continue;
+        size_t text_len;
+        char *text = mc_tokenizer_decode(tok, out, n, &text_len);
         if (ps.n == 1) {
             printf("%s\n", text);
         } else {
@@ -310,10 +304,12 @@ int mc_cmd_generate(int argc, char **argv) {
         free(text);
     }
     if (rc) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
+    else if (mc_log_rank() == 0 && g.no_kv_cache)
+        fprintf(stderr, "generate: %d prompt(s), %.1f tok/s (no KV cache: every token recomputes the window)\n", ps.n,
+                decode_s > 0 ? decode_tokens / decode_s : 0.0);
     else if (mc_log_rank() == 0)
-        fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (%s)\n", ps.n,
-                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0,
-                g.no_kv_cache ? "no KV cache" : "KV cache");
+        fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (KV cache)\n", ps.n,
+                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0);
     free(out);
     mc_trainer_free(t);
     if (tmp_ckpt[0]) {

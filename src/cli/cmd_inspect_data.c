@@ -110,13 +110,7 @@ int mc_cmd_inspect_data(int argc, char **argv) {
 
     mc_tokenizer *tok = NULL;
     if (a.decode) {
-        const mc_data_config *dc = &cfg->data;
-        mc_tokenizer_options o = {.type = dc->tokenizer_type,
-                                  .vocab_file = dc->vocab_file,
-                                  .merge_file = dc->merge_file,
-                                  .tokenizer_model = dc->tokenizer_model,
-                                  .vocab_size = cfg->model.vocab_size,
-                                  .hf_include_special_tokens = !dc->tokenizer_hf_no_include_special_tokens};
+        mc_tokenizer_options o = mc_data_tokenizer_options(cfg);
         if (mc_tokenizer_open(&tok, &o, &err) != MC_OK) mc_die_usage("--decode: %s", err.msg);
     }
     int S = mc_data_seq_length(d);

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "data/data.h"
 #include "comm/comm.h"
 #include "megatron.h"
 #include "tokenizer/tokenizer.h"
@@ -14,14 +15,7 @@
 
 /* The tokenizer of the training data, for --sample-prompt (encode) and the sample (decode). */
 static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
-    mc_tokenizer_options opt = {
-        .type = cfg->data.tokenizer_type,
-        .vocab_file = cfg->data.vocab_file,
-        .merge_file = cfg->data.merge_file,
-        .tokenizer_model = cfg->data.tokenizer_model,
-        .vocab_size = cfg->model.vocab_size,
-        .hf_include_special_tokens = !cfg->data.tokenizer_hf_no_include_special_tokens,
-    };
+    mc_tokenizer_options opt = mc_data_tokenizer_options(cfg);
     mc_tokenizer *tok;
     mc_err err;
     if (mc_tokenizer_open(&tok, &opt, &err) != MC_OK) mc_die_usage("--sample-prompt: %s", err.msg);

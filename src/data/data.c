@@ -184,12 +184,7 @@ static int tokenizer_vocab_eod(mc_data *d, const mc_config *cfg, mc_err *err) {
         snprintf(d->tokenizer_desc, sizeof d->tokenizer_desc, "--tokenizer-type ByteLevelTokenizer");
         return MC_OK;
     default: {
-        mc_tokenizer_options o = {.type = dc->tokenizer_type,
-                                  .vocab_file = dc->vocab_file,
-                                  .merge_file = dc->merge_file,
-                                  .tokenizer_model = dc->tokenizer_model,
-                                  .vocab_size = cfg->model.vocab_size,
-                                  .hf_include_special_tokens = !dc->tokenizer_hf_no_include_special_tokens};
+        mc_tokenizer_options o = mc_data_tokenizer_options(cfg);
         mc_tokenizer *t;
         MC_TRY(mc_tokenizer_open(&t, &o, err));
         d->vocab_size = mc_tokenizer_vocab_size(t);
@@ -705,4 +700,14 @@ void mc_data_split_range(const mc_data *d, int split, int64_t *begin, int64_t *e
     const mc_gpt_dataset *g = mc_data_split(d, split);
     *begin = g->seq_begin;
     *end = g->seq_end;
+}
+
+mc_tokenizer_options mc_data_tokenizer_options(const mc_config *cfg) {
+    const mc_data_config *dc = &cfg->data;
+    return (mc_tokenizer_options){.type = dc->tokenizer_type,
+                                  .vocab_file = dc->vocab_file,
+                                  .merge_file = dc->merge_file,
+                                  .tokenizer_model = dc->tokenizer_model,
+                                  .vocab_size = cfg->model.vocab_size,
+                                  .hf_include_special_tokens = !dc->tokenizer_hf_no_include_special_tokens};
 }

@@ -29,8 +29,13 @@
 #include "data/gpt_dataset.h"
 #include "data/split.h"
 #include "megatron.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct mc_data mc_data;
+
+/* The tokenizer the config's flags name (--tokenizer-type and its files, the model's
+ * --vocab-size for the Null tokenizer): the one place they become tokenizer options. */
+mc_tokenizer_options mc_data_tokenizer_options(const mc_config *cfg);
 
 /* Sources, one of (more than one set is an error):
  *   cfg->data.mock_data          Megatron's mock data; NullTokenizer with --vocab-size V:

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "data/data.h"
 #include "megatron.h"
 #include "optim/lr_schedule.h"
 #include "tokenizer/tokenizer.h"
@@ -105,13 +106,7 @@ int mc_config_num_microbatches(const mc_config *c, int dp) {
 /* The vocabulary of a file-based tokenizer (GPT-2 BPE, HF, SentencePiece): Megatron takes
  * the model's vocabulary from the tokenizer, whatever --vocab-size says. */
 static int tokenizer_vocab(mc_config *c, mc_err *err) {
-    mc_data_config *d = &c->data;
-    mc_tokenizer_options o = {.type = d->tokenizer_type,
-                              .vocab_file = d->vocab_file,
-                              .merge_file = d->merge_file,
-                              .tokenizer_model = d->tokenizer_model,
-                              .vocab_size = c->model.vocab_size,
-                              .hf_include_special_tokens = !d->tokenizer_hf_no_include_special_tokens};
+    mc_tokenizer_options o = mc_data_tokenizer_options(c);
     mc_tokenizer *t;
     MC_TRY(mc_tokenizer_open(&t, &o, err));
     c->model.vocab_size = mc_tokenizer_vocab_size(t);

@@ -569,6 +569,45 @@ static int32_t pick_token(const float *logits, int vocab, const mc_log_config *o
     return id;
 }
 
+/* The choice of the next token from row `row` (t * batch + b) of the last forward: greedy
+ * (the argmax over the full vocabulary, mc_model_argmax_at) or drawn: that row's logits
+ * (this rank's vocabulary shard) gathered into a full row over tensor parallelism, then
+ * pick_token with draw i's uniform of the "sample" stream, so every rank draws alike. */
+typedef struct chooser {
+    bool draw;
+    float *local, *row;
+    scored *tmp;
+    mc_backend *host;
+    uint64_t stream;
+} chooser;
+
+static chooser chooser_new(const mc_trainer *t, bool draw) {
+    chooser c = {.draw = draw, .stream = mc_stream_of_name("sample")};
+    if (!draw) return c;
+    c.local = mc_xmalloc(sizeof(float) * (size_t)t->model.vocab_local);
+    c.row = mc_xmalloc(sizeof(float) * (size_t)t->model.padded_vocab);
+    c.tmp = mc_xmalloc(sizeof(scored) * (size_t)t->model.padded_vocab);
+    c.host = mc_backend_cpu_create();
+    return c;
+}
+
+static void chooser_free(chooser *c) {
+    if (c->host) c->host->destroy(c->host);
+    free(c->local);
+    free(c->row);
+    free(c->tmp);
+}
+
+static int32_t choose(chooser *c, mc_trainer *t, const mc_microbatch *mb, int64_t row, int i) {
+    if (!c->draw) return mc_model_argmax_at(&t->model, mb, row, 0);
+    mc_model_row_logits(&t->model, row, c->local);
+    mc_tensor in = mc_tensor_1d(c->local, MC_F32, t->model.vocab_local),
+              all = mc_tensor_1d(c->row, MC_F32, t->model.padded_vocab);
+    mc_comm_all_gather(&t->comm.tp, c->host, &all, &in);
+    float u = mc_philox_uniform(t->cfg.train.seed, c->stream, (uint64_t)i);
+    return pick_token(c->row, t->cfg.model.vocab_size, &t->cfg.log, u, c->tmp);
+}
+
 /* The continuation of `prompt` by `n` tokens, each from the forward pass over the window of
  * the last S tokens; greedy or drawn (pick_token). */
 static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
@@ -589,38 +628,18 @@ static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len,
     mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = S;
     mb.seg_start = mc_tensor_none();
     be->copy_h2d(be, mb.pos.data, pos, (size_t)S * 4);
-    /* drawing: every position's logits (this rank's vocabulary shard), a full row gathered
-     * over tensor parallelism, and the draws' scratch */
-    int64_t V = t->model.vocab_local, Vp = (int64_t)t->model.padded_vocab;
-    float *local = draw ? mc_xmalloc(sizeof(float) * (size_t)(S * V)) : NULL;
-    float *row = draw ? mc_xmalloc(sizeof(float) * (size_t)Vp) : NULL;
-    scored *tmp = draw ? mc_xmalloc(sizeof(scored) * (size_t)Vp) : NULL;
-    mc_backend *host = draw ? mc_backend_cpu_create() : NULL;
-    uint64_t stream = mc_stream_of_name("sample");
+    chooser c = chooser_new(t, draw);
     for (int i = 0; i < n; i++) {
         if (len == S) { /* a full window: slide by one */
             memmove(ctx, ctx + 1, (size_t)(S - 1) * sizeof(int32_t));
             len--;
         }
         be->copy_h2d(be, mb.tokens.data, ctx, (size_t)S * 4);
-        int32_t next;
-        if (!draw) {
-            mc_model_forward_only(&t->model, &mb);
-            next = mc_model_argmax_at(&t->model, &mb, len - 1, 0);
-        } else {
-            mc_model_logits(&t->model, &mb, local);
-            mc_tensor in = mc_tensor_1d(local + (int64_t)(len - 1) * V, MC_F32, V), all = mc_tensor_1d(row, MC_F32, Vp);
-            mc_comm_all_gather(&t->comm.tp, host, &all, &in);
-            float u = mc_philox_uniform(t->cfg.train.seed, stream, (uint64_t)i);
-            next = pick_token(row, t->cfg.model.vocab_size, &t->cfg.log, u, tmp);
-        }
-        out[i] = next;
-        ctx[len++] = next;
+        mc_model_forward_only(&t->model, &mb);
+        out[i] = choose(&c, t, &mb, len - 1, i);
+        ctx[len++] = out[i];
     }
-    if (host) host->destroy(host);
-    free(local);
-    free(row);
-    free(tmp);
+    chooser_free(&c);
     free(ctx);
     free(pos);
     return MC_OK;
@@ -650,12 +669,7 @@ static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len,
     mb.seg_start = mc_tensor_none();
     int32_t *pos = mc_xmalloc(sizeof(int32_t) * (size_t)prompt_len);
     for (int i = 0; i < prompt_len; i++) pos[i] = i;
-    int64_t V = t->model.vocab_local, Vp = (int64_t)t->model.padded_vocab;
-    float *local = draw ? mc_xmalloc(sizeof(float) * (size_t)V) : NULL;
-    float *row = draw ? mc_xmalloc(sizeof(float) * (size_t)Vp) : NULL;
-    scored *tmp = draw ? mc_xmalloc(sizeof(scored) * (size_t)Vp) : NULL;
-    mc_backend *host = draw ? mc_backend_cpu_create() : NULL;
-    uint64_t stream = mc_stream_of_name("sample");
+    chooser ch = chooser_new(t, draw);
     const int32_t *feed = prompt;
     int64_t count = prompt_len, at = 0;
     for (int i = 0; i < n; i++) {
@@ -664,16 +678,7 @@ static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len,
         be->copy_h2d(be, mb.tokens.data, feed, (size_t)count * 4);
         be->copy_h2d(be, mb.pos.data, pos, (size_t)count * 4);
         mc_model_forward_cached(&t->model, &mb, &cache, at);
-        int32_t next;
-        if (!draw) {
-            next = mc_model_argmax_at(&t->model, &mb, count - 1, 0);
-        } else {
-            mc_model_row_logits(&t->model, count - 1, local);
-            mc_tensor in = mc_tensor_1d(local, MC_F32, V), all = mc_tensor_1d(row, MC_F32, Vp);
-            mc_comm_all_gather(&t->comm.tp, host, &all, &in);
-            float u = mc_philox_uniform(t->cfg.train.seed, stream, (uint64_t)i);
-            next = pick_token(row, t->cfg.model.vocab_size, &t->cfg.log, u, tmp);
-        }
+        const int32_t next = choose(&ch, t, &mb, count - 1, i);
         out[i] = next;
         *produced = i + 1;
         if (on_token && !on_token(ctx, next)) break;
@@ -682,19 +687,10 @@ static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len,
         feed = &out[i];
         count = 1;
     }
-    if (host) host->destroy(host);
-    free(local);
-    free(row);
-    free(tmp);
+    chooser_free(&ch);
     free(pos);
     mc_kv_cache_free(&t->model, &cache);
     return MC_OK;
-}
-
-int mc_trainer_sample_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
-    int produced = 0;
-    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, &produced, NULL, NULL,
-                           err);
 }
 
 int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,
