@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SIGTERM or SIGINT during `megatron-c preprocess` (and merge-datasets) removes the
+# SIGTERM or SIGINT during `megatron-c preprocess` (and merge-datasets, convert) removes the
 # temporary files (*.tmp.*, the partition inputs and datasets) and ends the process as the
 # signal would (exit status 128 + the signal); the output directory holds nothing after.
 set -u
@@ -60,6 +60,14 @@ for i in 1 2 3 4 5 6; do
 done
 interrupt sigterm_merge TERM '*.tmp.*' -- merge-datasets --input "$TMP/p1" "$TMP/p2" "$TMP/p3" "$TMP/p4" "$TMP/p5" \
     "$TMP/p6" --output-prefix "$TMP/out/merged"
+
+# convert writes into a temporary directory, removed with what it holds: the export of a
+# model of ~130M parameters (about 0.5 GB written), made by one training step here.
+"$BIN" train --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 4096 --seq-length 16 \
+    --max-position-embeddings 16 --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr 1e-4 --mock-data \
+    --tokenizer-type NullTokenizer --vocab-size 50000 --device cpu --eval-iters 0 --no-save-optim \
+    --save "$TMP/ckpt" > "$TMP/ckpt.log" 2>&1 || { echo "FAIL: making the checkpoint"; tail -3 "$TMP/ckpt.log"; exit 1; }
+interrupt sigterm_convert TERM 'hf.tmp-*' -- convert --input "$TMP/ckpt" --output "$TMP/out/hf" --to hf --dtype fp32
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

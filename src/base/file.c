@@ -77,8 +77,10 @@ static void *cleanup_thread(void *arg) {
     /* The lock is kept to the end: no writer lists (or creates, for those that list first)
      * a file after the removal. */
     pthread_mutex_lock(&g_cleanup_lock);
+    mc_err ignored;
     for (int i = 0; i < g_cleanup_cap; i++)
-        if (g_cleanup_paths[i]) unlink(g_cleanup_paths[i]);
+        if (g_cleanup_paths[i] && unlink(g_cleanup_paths[i]) != 0 && errno == EISDIR)
+            mc_remove_tree(g_cleanup_paths[i], &ignored); /* a temporary directory (convert's) */
     signal(sig, SIG_DFL);
     sigset_t one;
     sigemptyset(&one);

@@ -34,7 +34,8 @@ int mc_write_file_atomic(const char *path, const void *data, size_t n, mc_err *e
 
 /* Files to remove when the process is ended by SIGTERM or SIGINT. Every open atomic file's
  * temporary is listed here while it exists; a writer lists the intermediate files it makes
- * (a path may be listed before the file exists: removing a missing file is harmless).
+ * (a path may be listed before the file exists: removing a missing file is harmless), or a
+ * temporary directory, removed with all it holds.
  * Register returns a handle for unregister (-1 when the list is full: nothing to undo). */
 int mc_cleanup_register(const char *path);
 void mc_cleanup_unregister(int handle);
