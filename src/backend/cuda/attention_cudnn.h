@@ -1,9 +1,9 @@
 /* attention_cudnn.h: causal attention through cuDNN's fused flash attention (its SDPA
  * graphs, built with the cuDNN frontend), the CUDA backend's first choice where cuDNN takes
  * the problem; attention_op.cu falls back to our own kernels (cuda_flash.h) where it does
- * not. Why: on the H200 cuDNN's SDPA is the fastest attention there is (1.5-2x
- * FlashAttention-2 at head dims 64 and 128; bench/RESULTS.md), so it is the bar our own
- * kernels are measured against, and the path the training shapes take meanwhile.
+ * not. Why: on the H200 cuDNN's SDPA is the fastest attention there is, well ahead of
+ * FlashAttention-2 at head dims 64 and 128 (figures in bench/RESULTS.md), so it is the bar
+ * our own kernels are measured against, and the path the training shapes take meanwhile.
  *
  * Same semantics and layouts as mc_backend.attention_fwd/bwd (tensor/backend.h): packed
  * per-group QKV [S, B, G, H/G + 2, d], out [S, B, H, d], lse [B, H, S] F32 (the natural
