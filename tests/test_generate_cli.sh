@@ -84,4 +84,12 @@ for args in "--prompt-ids 1" "--load $TMP/llama31" "--load $TMP/llama31 --prompt
     [ $code = 2 ] && [ "$(wc -l < "$TMP/err")" = 1 ]
     check "bad_input: $args" $? "exit $code: $(head -2 "$TMP/err")"
 done
+# --load-hf's temporary checkpoint is gone after a run, and after a refused one
+mkdir -p "$TMP/tmpdir"
+TMPDIR="$TMP/tmpdir" OMP_NUM_THREADS=1 "$BIN" generate --load-hf tests/fixtures/hf/gpt2 --prompt-ids 1 --max-new-tokens 2 \
+    "${TOK[@]}" > /dev/null 2>&1
+TMPDIR="$TMP/tmpdir" OMP_NUM_THREADS=1 "$BIN" generate --load-hf tests/fixtures/hf/gpt2 --prompt-ids 1 --max-new-tokens 99 \
+    "${TOK[@]}" > /dev/null 2>&1
+[ -z "$(ls -A "$TMP/tmpdir")" ]
+check load_hf_leaves_nothing $? "left: $(ls "$TMP/tmpdir")"
 check_summary

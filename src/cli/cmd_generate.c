@@ -181,6 +181,15 @@ static bool on_token(void *p, int32_t token) {
     return true;
 }
 
+/* --load-hf's temporary checkpoint, removed however the command ends (exit, an error's
+ * exit, SIGTERM/SIGINT through base/file.h's cleanup list). */
+static char g_tmp_ckpt[4096];
+
+static void remove_tmp_ckpt(void) {
+    mc_err ignored;
+    if (g_tmp_ckpt[0]) mc_remove_tree(g_tmp_ckpt, &ignored);
+}
+
 int mc_cmd_generate(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -212,15 +221,17 @@ int mc_cmd_generate(int argc, char **argv) {
     mc_config_init(&cfg);
     if (mc_config_parse_args(&cfg, nrest, rest, &err) != MC_OK) mc_die_usage("%s", err.msg);
     if (!!cfg.ckpt.load == !!g.load_hf) mc_die_usage("generate: give one of --load DIR and --load-hf DIR");
-    char tmp_ckpt[4096] = "";
-    if (g.load_hf) { /* imported into a temporary checkpoint of this process */
-        snprintf(tmp_ckpt, sizeof tmp_ckpt, "%s/megatron-c-generate-%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+    if (g.load_hf) { /* imported into a temporary checkpoint of this process, removed at exit */
+        snprintf(g_tmp_ckpt, sizeof g_tmp_ckpt, "%s/megatron-c-generate-%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
                  (long)getpid());
-        mc_convert_opts co = {.input = g.load_hf, .output = tmp_ckpt, .make_vocab_size_divisible_by = 128,
+        atexit(remove_tmp_ckpt);
+        mc_cleanup_register(g_tmp_ckpt);
+        mc_cleanup_on_signals();
+        mc_convert_opts co = {.input = g.load_hf, .output = g_tmp_ckpt, .make_vocab_size_divisible_by = 128,
                               .shard_bytes = 5000000000ll};
         if (mc_convert(&co, &err) != MC_OK) mc_die_usage("--load-hf: %s", err.msg);
         free(cfg.ckpt.load);
-        cfg.ckpt.load = mc_xstrdup(tmp_ckpt);
+        cfg.ckpt.load = mc_xstrdup(g_tmp_ckpt);
     }
     int64_t it;
     if (mc_ckpt_read_model_config(cfg.ckpt.load, &cfg.model, &it, &err) != MC_OK)
@@ -312,9 +323,5 @@ int mc_cmd_generate(int argc, char **argv) {
                 prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0);
     free(out);
     mc_trainer_free(t);
-    if (tmp_ckpt[0]) {
-        mc_err ignored;
-        mc_remove_tree(tmp_ckpt, &ignored);
-    }
     return rc;
 }
