@@ -162,13 +162,32 @@ static void test_cuda_bf16_d128_runs_are_bitwise_identical(void) {
     repeat_bitwise_dropout(tiny_llama_d128, MC_DEVICE_CUDA_ONLY, BF16, 0.0f);
 }
 
-static void tracks_cpu_fp32_curve(model_fn model, precision p) {
-    const char *name = p == BF16 ? "bf16" : "fp16";
-    static double lc[STEPS_CURVE], nc[STEPS_CURVE], lg[STEPS_CURVE], ng[STEPS_CURVE];
+/* The CPU fp32 curve of a model, run once and kept for its bf16 and fp16 comparisons. */
+static const double *cpu_curve(model_fn model) {
+    enum { MAX_MODELS = 4 };
+    static model_fn done[MAX_MODELS];
+    static double losses[MAX_MODELS][STEPS_CURVE], norms[STEPS_CURVE];
+    int i = 0;
+    while (i < MAX_MODELS && done[i] && done[i] != model) i++;
+    if (i == MAX_MODELS) {
+        CHECK(0, "more models than cpu_curve keeps");
+        return NULL;
+    }
+    if (done[i]) return losses[i];
     mc_config c;
     model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
-    if (train(&c, STEPS_CURVE, lc, nc)) return;
+    if (train(&c, STEPS_CURVE, losses[i], norms)) return NULL;
+    done[i] = model;
+    return losses[i];
+}
+
+static void tracks_cpu_fp32_curve(model_fn model, precision p) {
+    const char *name = p == BF16 ? "bf16" : "fp16";
+    static double lg[STEPS_CURVE], ng[STEPS_CURVE];
+    const double *lc = cpu_curve(model);
+    if (!lc) return;
+    mc_config c;
     model(&c);
     c.train.device = MC_DEVICE_CUDA_ONLY;
     set_precision(&c, p);

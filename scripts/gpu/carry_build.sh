@@ -11,7 +11,9 @@ cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DMC_WITH_CUDA=ON -DCMAKE_C_FLAG
 cmake --build $BUILD -j "$(nproc)" -- -k > $BUILD.log 2>&1 || { grep -E 'error' $BUILD.log | head -20; }
 BINS=("$@")
 [ ${#BINS[@]} -gt 0 ] || BINS=(megatron-c test_cuda_wgmma test_cuda_attention test_train_determinism test_golden_parity test_backend_equivalence test_trainer_batches)
-rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib .carry/gpu/shared
+# anew, but for the branches carry_branches.sh packed (minutes of building each)
+mkdir -p .carry/gpu && find .carry/gpu -mindepth 1 -maxdepth 1 ! -name branches -exec rm -rf {} + &&
+    mkdir -p .carry/gpu/bin .carry/gpu/lib .carry/gpu/shared
 for b in "${BINS[@]}"; do
     [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b"; exit 1; }
     strip -o ".carry/gpu/bin/$b" "$BUILD/$b"

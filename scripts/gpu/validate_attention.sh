@@ -11,11 +11,12 @@
 #     besides the attention path;
 #  3. attention alone (bench/gpu_attention.sh: ours, ours without cuDNN, PyTorch's SDPA
 #     backends, side by side);
-#  4. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
+#  4. with GEN=1: generation speed beside transformers (bench/gpu_generate.sh);
+#  5. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
 #     beside the PyTorch reference trainer.
 # Logs under $OUT, returned as one archive.
 #   OUT=... [BUDGET=570] [TESTS="test_..."] [OWN_TESTS="test_..."] [AB_BRANCH=name]
-#   [AB_SHAPES="llama gpt2"] [ATTN=1] [TRAIN="long"] bash scripts/gpu/validate_attention.sh
+#   [AB_SHAPES="llama gpt2"] [ATTN=1] [GEN=0] [TRAIN="long", "" for none] bash scripts/gpu/validate_attention.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source scripts/gpu/carried_env.sh
@@ -61,7 +62,11 @@ if [ "${ATTN:-1}" = 1 ] && room 60; then
     echo "== attention alone [$(since)]"
     ATTN_TIMEOUT=60 timeout 100 bash bench/gpu_attention.sh "$B" "$C/shared/bench" 2>&1 | grep -v '^RESULT' | tail -30
 fi
-for group in ${TRAIN:-long}; do
+if [ "${GEN:-0}" = 1 ] && room 100; then
+    echo "== generation speed (bench/gpu_generate.sh) [$(since)]"
+    OUT="$OUT" timeout 150 bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -8
+fi
+for group in ${TRAIN-long}; do
     case $group in long) need=200 ;; *) need=60 ;; esac
     room $need || continue
     echo "== training, $group [$(since)]"
