@@ -3,6 +3,7 @@
  *   megatron-c generate (--load DIR | --load-hf DIR)
  *                       (--prompt TEXT | --prompt-ids "ID ID ..." | --prompts-file FILE.jsonl)
  *                       [--max-new-tokens 64] [--temperature 0] [--top-k 0] [--top-p 1] [--seed N]
+ *                       [--batch-size N] [--no-kv-cache]
  *                       [the tokenizer's flags, --device, --bf16, --tensor-model-parallel-size ...]
  *
  * The model's shape comes from the checkpoint (--load: a --save directory; --load-hf: a
@@ -15,9 +16,12 @@
  * {"prompt": TEXT} or {"text": TEXT} lines): one JSON line each. The prefill and decode
  * speeds go to stderr.
  *
- * Decoding goes through generate/generator.h's key/value cache: the prompt in one forward,
- * then one token a forward; --no-kv-cache recomputes the whole window for every token
- * instead (the cache's check). Prompt and continuation must fit the model's positions. */
+ * Decoding goes through generate/generator.h's key/value cache: each prompt in one forward,
+ * then one forward a step for all the prompts under way, a token each, --batch-size of
+ * them at most (default: all; the others start as those end); every prompt gets the tokens
+ * it gets alone. --no-kv-cache recomputes the whole window for every token instead, one
+ * prompt after another (the cache's check). Prompt and continuation must fit the model's
+ * positions. The generator's memory (weights, cache, activations) goes to stderr first. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +47,7 @@ typedef struct gen_flags {
     int max_new_tokens;
     double temperature, top_p;
     int top_k;
+    int batch_size;
     bool no_kv_cache;
 } gen_flags;
 
@@ -56,6 +61,7 @@ static const mc_arg_spec k_flags[] = {
     {"--temperature", MC_ARG_DOUBLE, F(temperature), "0 (default): greedy; else the sampling temperature"},
     {"--top-k", MC_ARG_INT, F(top_k), "draw from the k most likely tokens (default 0: all)"},
     {"--top-p", MC_ARG_DOUBLE, F(top_p), "draw from the most likely tokens up to this probability (default 1)"},
+    {"--batch-size", MC_ARG_INT, F(batch_size), "prompts continued together at most (default 0: all of them)"},
     {"--no-kv-cache", MC_ARG_TRUE, F(no_kv_cache), "recompute the whole window for every new token (the check of the cache)"},
 };
 #undef F
@@ -211,6 +217,7 @@ int mc_cmd_generate(int argc, char **argv) {
     mc_err err;
     if (mc_args_parse(k_flags, NFLAGS, &g, nown, own, NULL, false, &err) != MC_OK) mc_die_usage("%s", err.msg);
     if (g.max_new_tokens < 1) mc_die_usage("--max-new-tokens must be >= 1");
+    if (g.batch_size < 0) mc_die_usage("--batch-size must be >= 0 (0: all the prompts together)");
     if (g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0 && g.top_p <= 1))
         mc_die_usage("generate: --temperature >= 0, --top-k >= 0 and --top-p in (0, 1] please");
     mc_config cfg;
@@ -250,7 +257,8 @@ int mc_cmd_generate(int argc, char **argv) {
                          (long long)longest, g.max_new_tokens, cfg.model.max_position_embeddings);
         S = cfg.model.max_position_embeddings;
     }
-    mc_generator *gen = mc_generator_create(&cfg, S, &err);
+    const int batch = g.batch_size > 0 && g.batch_size < ps.n ? g.batch_size : ps.n;
+    mc_generator *gen = mc_generator_create_batched(&cfg, S, batch, &err);
     if (!gen) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
     mc_generator_set_eod(gen, mc_tokenizer_eod(tok));
     mc_generator_set_recompute(gen, g.no_kv_cache);

@@ -1,11 +1,16 @@
 /* generator.h: a trained model's continuations of prompts, for `megatron-c generate` and
  * `megatron-c serve`.
  *
- * A generator holds one model loaded from a checkpoint (cfg->ckpt.load) and continues
- * batches of prompts through a key/value cache: each prompt in one forward (prefill), then
- * one token a forward (decode). Every sequence of a batch has its own prompt length, token
- * budget and sampling settings. Under tensor parallelism (mpirun) every rank calls
- * mc_generator_run with the same sequences and gets the same tokens. */
+ * A generator holds one model loaded from a checkpoint (cfg->ckpt.load), built for
+ * inference only (no gradients, optimizer state or data), and continues batches of prompts
+ * through a key/value cache: each prompt in one forward (prefill), then one token a forward
+ * for all the sequences under way together (decode), up to max_batch of them at once (the
+ * others wait for a slot, which each takes as one ends). Every sequence of a batch has its
+ * own prompt length, token budget, sampling settings and seed, and gets the tokens it would
+ * get alone (up to the rounding of a batched matrix product). Under tensor parallelism
+ * (mpirun) every rank calls mc_generator_run with the same sequences and gets the same
+ * tokens. Creation prints one line on stderr (rank 0): the memory of the weights, the cache,
+ * the activations and the buffers. */
 #ifndef MC_GENERATE_GENERATOR_H
 #define MC_GENERATE_GENERATOR_H
 
@@ -64,5 +69,9 @@ void mc_generator_set_recompute(mc_generator *g, bool on);
 int mc_generator_run(mc_generator *g, mc_gen_seq *seqs, int n, mc_gen_on_token on_token, void *ctx,
                      mc_gen_stats *stats, mc_err *err);
 void mc_generator_free(mc_generator *g);
+
+/* mc_generator_create for up to max_batch sequences decoded together (mc_generator_create:
+ * 1, one after another); its key/value cache holds max_batch x max_positions positions. */
+mc_generator *mc_generator_create_batched(const mc_config *cfg, int64_t max_positions, int max_batch, mc_err *err);
 
 #endif
