@@ -64,7 +64,7 @@ static int build(mc_generator *g, int max_batch, mc_err *err) {
         char a[32], b[32];
         return mc_err_set(err,
                           "generate: the model and a key/value cache of %d sequences x %lld positions need %s, the %s "
-                          "backend has %s (fewer sequences at once: --batch-size)",
+                          "backend has %s (ask for fewer sequences at once, or fewer positions)",
                           max_batch, (long long)g->max_positions, bytes_text((double)need, a), g->be->name,
                           bytes_text((double)have, b));
     }
