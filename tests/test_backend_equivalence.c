@@ -1327,6 +1327,37 @@ static void test_attention_kv(void) {
     }
 }
 
+/* argmax_rows (generation's greedy choice): the same ids as the CPU's on the same values
+ * (each dtype's, rounded), over 1 and 2 vocabulary shards, with ties and padding ids. */
+static void argmax_case(int64_t n, int64_t shards, int64_t cols, int64_t vocab, mc_dtype dt) {
+    float *x = as_dtype(rnd(shards * n * cols, 4.0f), shards * n * cols, dt);
+    for (int64_t b = 0; b < n; b += 3) { /* a tie between the row's first id and a later one, both the largest */
+        x[b * cols] = 50.0f;
+        x[((shards - 1) * n + b) * cols + cols / 2] = 50.0f;
+    }
+    int32_t *got = halloc(sizeof(int32_t) * (size_t)n), *want = halloc(sizeof(int32_t) * (size_t)n);
+    mc_tensor cx = mk2(cpu, F32, x, shards * n, cols), gx = mk2(gpu, dt, x, shards * n, cols);
+    mc_tensor ci = mc_tensor_1d(want, MC_I32, n), gi = mc_tensor_1d(balloc(gpu, (size_t)n * 4), MC_I32, n);
+    mc_op_argmax_rows(cpu, &ci, &cx, vocab);
+    mc_op_argmax_rows(gpu, &gi, &gx, vocab);
+    gpu->copy_d2h(gpu, got, gi.data, (size_t)n * 4);
+    int64_t differ = 0;
+    for (int64_t b = 0; b < n; b++) differ += got[b] != want[b];
+    printf("  argmax_rows n=%lld shards=%lld V=%lld vocab=%lld %-4s %lld ids differ\n", (long long)n, (long long)shards,
+           (long long)cols, (long long)vocab, mc_dtype_name(dt), (long long)differ);
+    CHECK(differ == 0, "argmax_rows n=%lld shards=%lld (%s): %lld ids differ from the CPU's", (long long)n,
+          (long long)shards, mc_dtype_name(dt), (long long)differ);
+    release_all();
+}
+
+static void test_argmax_rows(void) {
+    for (int k = 0; k < NDTYPES; k++) {
+        argmax_case(32, 1, 128256, 128256, k_dtypes[k]); /* a decode step of Llama 3 */
+        argmax_case(7, 2, 64128, 128000, k_dtypes[k]);   /* TP 2's gathered shards, padding ids left out */
+        argmax_case(1, 1, 300, 257, k_dtypes[k]);
+    }
+}
+
 static void test_attention(void) {
     attn_cfg cfgs[] = {
         {67, 2, 4, 2, 64, 0.0f, false},  /* GQA, ragged sequence */
@@ -1742,6 +1773,7 @@ int main(void) {
     RUN_SELECTED(test_xent_fused);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_kv);
+    RUN_SELECTED(test_argmax_rows);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_reductions);
     const char *bench = getenv("MC_TEST_BENCH");

@@ -133,6 +133,37 @@ check sampling_repeats_with_its_seed $? "'$a' vs '$b'"
 [ "$a" != "$c" ]
 check sampling_differs_with_another_seed $? "'$a' for both seeds"
 
+# On a GPU (a CUDA build with a device; skipped otherwise): fp32 greedy equals transformers'
+# for prompts of different lengths together, and so does the window recompute; bf16's
+# batch gives each prompt what it gives alone.
+GTOK=(--tokenizer-type NullTokenizer --vocab-size 300 --device cuda)
+"$BIN" generate --load "$TMP/llama31" --prompt-ids 1 --max-new-tokens 1 "${GTOK[@]}" > /dev/null 2> "$TMP/gpu.err"
+if grep -qE "has no CUDA|no CUDA device is visible" "$TMP/gpu.err"; then
+    echo "skip gpu_*: $(tail -1 "$TMP/gpu.err")"
+else
+    for fam in gpt2 llama31 mistral; do
+        for recompute in "" --no-kv-cache; do
+            # shellcheck disable=SC2086
+            "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/$fam.ragged.jsonl" --max-new-tokens 8 "${GTOK[@]}" \
+                $recompute 2> "$TMP/gpu.err" | grep '^{' | ids_of > "$TMP/gpu.ids"
+            diff "$TMP/gpu.ids" "$TMP/$fam.ragged.want" > "$TMP/gpu.diff"
+            check "gpu_fp32_ragged_batch_equals_transformers_$fam${recompute:+_window}" $? \
+                "$(head -4 "$TMP/gpu.diff") $(tail -1 "$TMP/gpu.err")"
+        done
+        "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/$fam.ragged.jsonl" --max-new-tokens 8 "${GTOK[@]}" \
+            --bf16 2> "$TMP/gpu.err" | grep '^{' | ids_of > "$TMP/gpu.ids"
+        : > "$TMP/gpu.alone"
+        while IFS= read -r line; do
+            echo "$line" > "$TMP/one.jsonl"
+            "$BIN" generate --load "$TMP/$fam" --prompts-file "$TMP/one.jsonl" --max-new-tokens 8 "${GTOK[@]}" --bf16 \
+                2> /dev/null | grep -v checkpoint | python3 -c 'import sys,json; print(json.dumps(list(map(int, sys.stdin.read().split()))))' \
+                >> "$TMP/gpu.alone"
+        done < "$TMP/$fam.ragged.jsonl"
+        [ -s "$TMP/gpu.ids" ] && diff "$TMP/gpu.ids" "$TMP/gpu.alone" > "$TMP/gpu.diff"
+        check "gpu_bf16_ragged_batch_equals_alone_$fam" $? "$(head -4 "$TMP/gpu.diff") $(tail -1 "$TMP/gpu.err")"
+    done
+fi
+
 # bad input: one line on stderr, exit 2
 for args in "--prompt-ids 1" "--load $TMP/llama31" "--load $TMP/llama31 --prompt-ids 1 --prompt 2" \
             "--load $TMP/llama31 --prompt-ids 300" "--load $TMP/nowhere --prompt-ids 1" \

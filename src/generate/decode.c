@@ -74,12 +74,12 @@ static void upload(mc_decoder *d, int64_t seq, int64_t batch) {
     be->copy_h2d_async(be, d->mb.pos.data, d->host_pos, (size_t)n * 4);
 }
 
-void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n, int64_t pos0) {
-    MC_ASSERT(d->cache.buf && slot >= 0 && slot < d->slots && n >= 1 && n <= d->m->seq && pos0 + n <= d->cache.cap,
-              "prefill of %d tokens at %lld into slot %d of %d (cache of %lld positions)", n, (long long)pos0, slot,
-              d->slots, (long long)d->cache.cap);
+void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n) {
+    MC_ASSERT(d->cache.buf && slot >= 0 && slot < d->slots && n >= 1 && n <= d->m->seq && n <= d->cache.cap,
+              "prefill of %d tokens into slot %d of %d (cache of %lld positions)", n, slot, d->slots,
+              (long long)d->cache.cap);
     memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
-    for (int i = 0; i < n; i++) d->host_pos[i] = (int32_t)(pos0 + i);
+    for (int i = 0; i < n; i++) d->host_pos[i] = i;
     upload(d, n, 1);
     mc_model_forward_cached(d->m, &d->mb, &d->cache, slot);
 }

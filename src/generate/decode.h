@@ -40,9 +40,9 @@ void mc_decoder_bytes(const mc_model *m, int slots, int64_t cap, size_t *device,
 void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap);
 void mc_decoder_free(mc_decoder *d);
 
-/* Prompt (or any run of a sequence's tokens) into slot `slot` at positions pos0 .. pos0 +
- * n - 1, in one forward (n at most the model's seq_length); its last row is row n - 1. */
-void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n, int64_t pos0);
+/* A prompt into slot `slot` at positions 0 .. n - 1, in one forward (n at most the model's
+ * seq_length and the cache's positions); its last row is row n - 1. */
+void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n);
 /* One decode step over slots 0 .. n - 1: token tokens[b] at position pos[b] of slot b, one
  * forward; row b is slot b's. A slot no sequence holds is given any token at position 0
  * (its own cache, written and never read). */

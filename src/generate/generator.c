@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/log.h"
 #include "base/timer.h"
 #include "ckpt/ckpt.h"
 #include "generate/decode.h"
@@ -268,7 +267,7 @@ static void run_cached(run *r, int n, mc_gen_stats *stats) {
                 const int i = next++;
                 mc_gen_seq *s = &r->seqs[i];
                 const double t0 = mc_time_now();
-                mc_decoder_prefill(d, b, s->prompt, s->prompt_len, 0);
+                mc_decoder_prefill(d, b, s->prompt, s->prompt_len);
                 const mc_gen_params *p = &s->params;
                 const uint64_t first = 0;
                 int32_t token;

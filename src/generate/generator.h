@@ -62,7 +62,7 @@ const mc_config *mc_generator_config(const mc_generator *g);
 void mc_generator_set_eod(mc_generator *g, int32_t eod);
 /* on: no key/value cache: every token recomputes the forward over the window of the last
  * positions (the cache's check; a prompt and continuation may then exceed the positions,
- * the window slides). */
+ * the window slides), one sequence after another. */
 void mc_generator_set_recompute(mc_generator *g, bool on);
 /* Continues the n sequences; stats optional. An error (a prompt too long, an id outside
  * the vocabulary, bad params) names the sequence and changes nothing. */
