@@ -262,20 +262,6 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss, m
  * (--save, --save-interval) and the early exits (--exit-interval, --exit-duration-in-mins,
  * --exit-signal-handler), which save first. */
 int mc_trainer_run(mc_trainer *t, mc_err *err);
-/* Greedy continuation of `prompt` (token ids) by `n` tokens into out (length n). */
-int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
-/* The same, drawing each token as the config's sample_temperature/top_k/top_p say (from
- * Philox streams of the seed, so a run repeats its sample; every rank draws the same). */
-int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err);
-/* mc_trainer_sample through a key/value cache (the prompt in one forward, then one token a
- * forward over the cache): the same tokens, up to rounding; prompt_len + n at most the
- * model's positions, prompt_len at most the sequence length; not with sequence parallelism.
- * on_token (optional) is called with each token as it is drawn (every rank alike); a false
- * return stops the continuation there (say, at the end of document). *produced: the tokens
- * written to out. */
-int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,
-                             bool (*on_token)(void *ctx, int32_t token), void *ctx, int32_t *out, int *produced,
-                             mc_err *err);
 /* Writes the parameters as one safetensors file of full F32 tensors with Megatron's names
  * (shards gathered over tensor parallelism); world rank 0 writes, atomically. */
 int mc_trainer_export_params(mc_trainer *t, const char *path, mc_err *err);

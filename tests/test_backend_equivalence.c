@@ -1234,42 +1234,127 @@ static void attention_case(const attn_cfg *a, mc_dtype dt) {
     release_all();
 }
 
-/* attention_kv_fwd (generation): a prompt through the cache, then single tokens, on both
- * backends; the GPU's output and cache against the CPU's. */
-static void attention_kv_case(int64_t S, int64_t S0, int64_t B, int heads, int groups, int d, mc_dtype dt) {
-    const int64_t ts = (int64_t)(heads + 2 * groups) * d, nqkv = S * B * ts, nout = S * B * heads * d;
-    const int64_t ncache = S * B * groups * 2 * d;
-    float *qkv = as_dtype(rnd(nqkv, 1.0f), nqkv, dt);
-    mc_tensor cq = mk1(cpu, F32, qkv, nqkv), co = mk1(cpu, F32, NULL, nout), cc = mk1(cpu, F32, NULL, ncache);
-    mc_tensor gq = mk1(gpu, dt, qkv, nqkv), go = mk1(gpu, dt, NULL, nout), gc = mk1(gpu, dt, NULL, ncache);
-    mc_attn_desc desc = {.batch = B, .heads = heads, .groups = groups, .head_dim = d,
-                         .softmax_scale = (float)(1.0 / sqrt((double)d)), .seg_start = mc_tensor_none()};
-    const size_t ce = 4, ge = mc_dtype_size(dt);
-    for (int64_t p0 = 0; p0 < S;) {
-        const int64_t n = p0 == 0 ? S0 : 1;
+/* attention_kv_fwd (generation): sequences of their own lengths in one cache, on both
+ * backends: each prompt (S0[b] tokens) into its slot, then calls over all B sequences, the
+ * first with two new tokens a sequence, each token at its own position (a sequence at its
+ * end repeats its last positions); the GPU's outputs and cache against the CPU's. */
+static void attention_kv_case(int64_t B, const int64_t *S0, const int64_t *S, int heads, int groups, int d, mc_dtype dt) {
+    const int64_t ts = (int64_t)(heads + 2 * groups) * d, ho = (int64_t)heads * d, per_pos = (int64_t)groups * 2 * d;
+    int64_t cap = 0;
+    for (int64_t b = 0; b < B; b++) cap = S[b] > cap ? S[b] : cap;
+    float **seq = malloc(sizeof(float *) * (size_t)B);
+    for (int64_t b = 0; b < B; b++) seq[b] = as_dtype(rnd(S[b] * ts, 1.0f), S[b] * ts, dt); /* [S[b], 1] qkv */
+    mc_tensor cc = mk1(cpu, F32, NULL, B * cap * per_pos), gc = mk1(gpu, dt, NULL, B * cap * per_pos);
+    mc_attn_desc desc = {.heads = heads, .groups = groups, .head_dim = d, .softmax_scale = (float)(1.0 / sqrt((double)d)),
+                         .seg_start = mc_tensor_none()};
+    char what[160];
+    int64_t *at = malloc(sizeof(int64_t) * (size_t)B);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(cap * B));
+    float *q = malloc(sizeof(float) * (size_t)(cap * B * ts));
+    /* a call's operands, of the most tokens one takes (the longest prompt, or 2 B) */
+    const int64_t most = cap > 2 * B ? cap : 2 * B;
+    mc_tensor bq = mk1(cpu, F32, NULL, most * ts), bo = mk1(cpu, F32, NULL, most * ho), bgq = mk1(gpu, dt, NULL, most * ts);
+    mc_tensor bgo = mk1(gpu, dt, NULL, most * ho);
+    mc_tensor bp = mc_tensor_1d(balloc(cpu, (size_t)most * 4), MC_I32, most);
+    mc_tensor bgp = mc_tensor_1d(balloc(gpu, (size_t)most * 4), MC_I32, most);
+    float *got = NULL, *want = NULL;
+    int64_t nout = 0;
+    for (int64_t step = -B;; step++) { /* steps -B .. -1: the prompts; then the batched calls */
+        int64_t n, batch = B, slot0 = 0;
+        if (step < 0) {
+            const int64_t b = step + B;
+            n = S0[b];
+            batch = 1;
+            slot0 = b;
+            for (int64_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+            memcpy(q, seq[b], sizeof(float) * (size_t)(n * ts));
+            at[b] = n;
+        } else {
+            bool more = false;
+            for (int64_t b = 0; b < B; b++) more = more || at[b] < S[b];
+            if (!more) break;
+            n = step == 0 ? 2 : 1;
+            for (int64_t s = 0; s < n; s++)
+                for (int64_t b = 0; b < B; b++) {
+                    const int64_t p = (at[b] < S[b] - n ? at[b] : S[b] - n) + s, t = s * B + b;
+                    pos[t] = (int32_t)p;
+                    memcpy(q + t * ts, seq[b] + p * ts, sizeof(float) * (size_t)ts);
+                }
+            for (int64_t t = 0; t < n * B; t++) at[t % B] = pos[t] + 1 > at[t % B] ? pos[t] + 1 : at[t % B];
+        }
         desc.seq = n;
-        mc_tensor a = mc_tensor_1d((char *)co.data + (size_t)(p0 * B * heads * d) * ce, F32, n * B * heads * d);
-        mc_tensor q = mc_tensor_1d((char *)cq.data + (size_t)(p0 * B * ts) * ce, F32, n * B * ts);
-        mc_op_attention_kv_fwd(cpu, &a, &cc, &q, p0, &desc);
-        mc_tensor ga = mc_tensor_1d((char *)go.data + (size_t)(p0 * B * heads * d) * ge, dt, n * B * heads * d);
-        mc_tensor gqq = mc_tensor_1d((char *)gq.data + (size_t)(p0 * B * ts) * ge, dt, n * B * ts);
-        mc_op_attention_kv_fwd(gpu, &ga, &gc, &gqq, p0, &desc);
-        p0 += n;
+        desc.batch = batch;
+        const int64_t nt = n * batch;
+        mc_tensor cq = mc_tensor_1d(bq.data, F32, nt * ts), co = mc_tensor_1d(bo.data, F32, nt * ho);
+        mc_tensor gq = mc_tensor_1d(bgq.data, dt, nt * ts), go = mc_tensor_1d(bgo.data, dt, nt * ho);
+        mc_tensor cp = mc_tensor_1d(bp.data, MC_I32, nt), gp = mc_tensor_1d(bgp.data, MC_I32, nt);
+        upload(cpu, cq.data, F32, q, nt * ts);
+        upload(gpu, gq.data, dt, q, nt * ts);
+        cpu->copy_h2d(cpu, cp.data, pos, (size_t)nt * 4);
+        gpu->copy_h2d(gpu, gp.data, pos, (size_t)nt * 4);
+        mc_tensor cs = mc_tensor_1d((float *)cc.data + slot0 * cap * per_pos, F32, batch * cap * per_pos);
+        mc_tensor gs = mc_tensor_1d((char *)gc.data + (size_t)(slot0 * cap * per_pos) * mc_dtype_size(dt), dt,
+                                    batch * cap * per_pos);
+        mc_op_attention_kv_fwd(cpu, &co, &cs, &cq, &cp, &desc);
+        mc_op_attention_kv_fwd(gpu, &go, &gs, &gq, &gp, &desc);
+        float *g = dl(gpu, &go); /* every call's outputs, compared together at the end */
+        got = realloc(got, sizeof(float) * (size_t)(nout + nt * ho));
+        want = realloc(want, sizeof(float) * (size_t)(nout + nt * ho));
+        memcpy(got + nout, g, sizeof(float) * (size_t)(nt * ho));
+        memcpy(want + nout, co.data, sizeof(float) * (size_t)(nt * ho));
+        nout += nt * ho;
     }
-    char what[128];
-    snprintf(what, sizeof what, "attention_kv S=%lld (prefill %lld) B=%lld h=%d/g=%d d=%d out", (long long)S,
-             (long long)S0, (long long)B, heads, groups, d);
-    cmp(what, dt, dl(gpu, &go), co.data, nout);
-    snprintf(what, sizeof what, "attention_kv S=%lld B=%lld h=%d/g=%d d=%d cache", (long long)S, (long long)B, heads,
-             groups, d);
-    cmp(what, dt, dl(gpu, &gc), cc.data, ncache);
+    snprintf(what, sizeof what, "attention_kv B=%lld h=%d/g=%d d=%d out", (long long)B, heads, groups, d);
+    cmp(what, dt, got, want, nout);
+    snprintf(what, sizeof what, "attention_kv B=%lld h=%d/g=%d d=%d cache", (long long)B, heads, groups, d);
+    cmp(what, dt, dl(gpu, &gc), cc.data, B * cap * per_pos);
+    free(seq);
+    free(at);
+    free(pos);
+    free(q);
+    free(got);
+    free(want);
     release_all();
 }
 
 static void test_attention_kv(void) {
+    static const int64_t s0a[] = {60, 5}, sa[] = {70, 40}, s0b[] = {1}, sb[] = {40};
+    static const int64_t s0c[] = {3, 17, 1, 9}, sc[] = {20, 19, 12, 300};
     for (size_t k = 0; k < sizeof k_dtypes / sizeof k_dtypes[0]; k++) {
-        attention_kv_case(70, 60, 2, 8, 2, 128, k_dtypes[k]);
-        attention_kv_case(40, 1, 1, 4, 4, 64, k_dtypes[k]);
+        attention_kv_case(2, s0a, sa, 8, 2, 128, k_dtypes[k]);
+        attention_kv_case(1, s0b, sb, 4, 4, 64, k_dtypes[k]);
+        attention_kv_case(4, s0c, sc, 8, 8, 64, k_dtypes[k]); /* four lengths, one past a 256-key block */
+    }
+}
+
+/* argmax_rows (generation's greedy choice): the same ids as the CPU's on the same values
+ * (each dtype's, rounded), over 1 and 2 vocabulary shards, with ties and padding ids. */
+static void argmax_case(int64_t n, int64_t shards, int64_t cols, int64_t vocab, mc_dtype dt) {
+    float *x = as_dtype(rnd(shards * n * cols, 4.0f), shards * n * cols, dt);
+    for (int64_t b = 0; b < n; b += 3) { /* a tie between the row's first id and a later one, both the largest */
+        x[b * cols] = 50.0f;
+        x[((shards - 1) * n + b) * cols + cols / 2] = 50.0f;
+    }
+    int32_t *got = halloc(sizeof(int32_t) * (size_t)n), *want = halloc(sizeof(int32_t) * (size_t)n);
+    mc_tensor cx = mk2(cpu, F32, x, shards * n, cols), gx = mk2(gpu, dt, x, shards * n, cols);
+    mc_tensor ci = mc_tensor_1d(want, MC_I32, n), gi = mc_tensor_1d(balloc(gpu, (size_t)n * 4), MC_I32, n);
+    mc_op_argmax_rows(cpu, &ci, &cx, vocab);
+    mc_op_argmax_rows(gpu, &gi, &gx, vocab);
+    gpu->copy_d2h(gpu, got, gi.data, (size_t)n * 4);
+    int64_t differ = 0;
+    for (int64_t b = 0; b < n; b++) differ += got[b] != want[b];
+    printf("  argmax_rows n=%lld shards=%lld V=%lld vocab=%lld %-4s %lld ids differ\n", (long long)n, (long long)shards,
+           (long long)cols, (long long)vocab, mc_dtype_name(dt), (long long)differ);
+    CHECK(differ == 0, "argmax_rows n=%lld shards=%lld (%s): %lld ids differ from the CPU's", (long long)n,
+          (long long)shards, mc_dtype_name(dt), (long long)differ);
+    release_all();
+}
+
+static void test_argmax_rows(void) {
+    for (int k = 0; k < NDTYPES; k++) {
+        argmax_case(32, 1, 128256, 128256, k_dtypes[k]); /* a decode step of Llama 3 */
+        argmax_case(7, 2, 64128, 128000, k_dtypes[k]);   /* TP 2's gathered shards, padding ids left out */
+        argmax_case(1, 1, 300, 257, k_dtypes[k]);
     }
 }
 
@@ -1688,6 +1773,7 @@ int main(void) {
     RUN_SELECTED(test_xent_fused);
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_kv);
+    RUN_SELECTED(test_argmax_rows);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_reductions);
     const char *bench = getenv("MC_TEST_BENCH");

@@ -817,40 +817,144 @@ static void attn_naive(const mc_attn_desc *d, const double *qkv, double *out, do
 }
 
 /* attention_kv_fwd (generation): a prompt of S0 tokens through the cache in one call, then
- * the rest one token a call, gives the naive causal attention of the whole sequence; the
- * cache holds every position's key and value. */
+ * the rest one token a call, every sequence at the same positions, gives the naive causal
+ * attention of the whole sequence; the cache holds every position's key and value. */
 static void attn_kv_test(int64_t S, int64_t S0, int64_t B, int heads, int groups, int hd) {
     mc_attn_desc d = {.seq = S, .batch = B, .heads = heads, .groups = groups, .head_dim = hd,
                       .softmax_scale = (float)(1.0 / sqrt(hd)), .seg_start = mc_tensor_none()};
     const int64_t ts = (heads + 2 * groups) * hd, nqkv = S * B * ts, nout = S * B * heads * hd;
     double *qkv = rnd(nqkv, 1), *ref = dbuf(nout), *lse = dbuf(B * heads * S), *out = dbuf(nout);
-    double *cache = dbuf(S * B * groups * 2 * hd);
+    double *cache = dbuf(B * S * groups * 2 * hd);
+    int32_t *pos = talloc((size_t)(S0 * B) * sizeof(int32_t));
     attn_naive(&d, qkv, ref, lse);
-    mc_tensor C = t1(cache, F64, S * B * groups * 2 * hd);
+    mc_tensor C = t1(cache, F64, B * S * groups * 2 * hd);
     for (int64_t p0 = 0; p0 < S;) {
         const int64_t n = p0 == 0 ? S0 : 1;
         mc_attn_desc dd = d;
         dd.seq = n;
+        for (int64_t t = 0; t < n * B; t++) pos[t] = (int32_t)(p0 + t / B);
         mc_tensor O = t1(out + p0 * B * heads * hd, F64, n * B * heads * hd), Q = t1(qkv + p0 * B * ts, F64, n * B * ts);
-        mc_op_attention_kv_fwd(be, &O, &C, &Q, p0, &dd);
+        mc_tensor P = t1(pos, MC_I32, n * B);
+        mc_op_attention_kv_fwd(be, &O, &C, &Q, &P, &dd);
         p0 += n;
     }
     check_close("attention_kv_fwd out vs naive", out, ref, nout, 1e-12);
     const int hpg = heads / groups;
-    double worst = 0; /* the cache: position j's key and value heads of each group, as in qkv */
+    double worst = 0; /* the cache [B, S, groups, 2, hd]: position j's key and value heads of each group, as in qkv */
     for (int64_t j = 0; j < S; j++)
         for (int64_t b = 0; b < B; b++)
             for (int g = 0; g < groups; g++)
                 for (int c = 0; c < 2 * hd; c++)
-                    worst = fmax(worst, fabs(cache[((j * B + b) * groups + g) * 2 * hd + c] -
+                    worst = fmax(worst, fabs(cache[((b * S + j) * groups + g) * 2 * hd + c] -
                                              qkv[(j * B + b) * ts + (g * (hpg + 2) + hpg) * hd + c]));
     CHECK(worst == 0, "the cache differs from the keys and values by %g", worst);
+}
+
+/* Sequences of their own lengths in one cache (generation's batch): each prompt alone
+ * into its slot (batch 1 over the slot's part of the cache), then calls over all B
+ * sequences together, the first with two new tokens a sequence, each at its own position;
+ * a sequence already at its end repeats its last positions (same keys and values again).
+ * Every output equals the naive attention of that sequence alone; the cache holds every
+ * sequence's keys and values at its positions. */
+static void attn_kv_ragged_test(int B, const int *prompt, const int *len, int heads, int groups, int hd) {
+    const int64_t ts = (int64_t)(heads + 2 * groups) * hd, ho = (int64_t)heads * hd, per_pos = (int64_t)groups * 2 * hd;
+    int64_t cap = 0;
+    for (int b = 0; b < B; b++) cap = len[b] + 1 > cap ? len[b] + 1 : cap; /* a position to spare */
+    double **qkv = talloc(sizeof(double *) * (size_t)B), **ref = talloc(sizeof(double *) * (size_t)B);
+    for (int b = 0; b < B; b++) { /* each sequence alone: [len, 1] */
+        mc_attn_desc one = {.seq = len[b], .batch = 1, .heads = heads, .groups = groups, .head_dim = hd,
+                            .softmax_scale = (float)(1.0 / sqrt(hd)), .seg_start = mc_tensor_none()};
+        qkv[b] = rnd(len[b] * ts, 1);
+        ref[b] = dbuf(len[b] * ho);
+        attn_naive(&one, qkv[b], ref[b], dbuf(heads * len[b]));
+    }
+    double *cache = dbuf(B * cap * per_pos), *q = dbuf(2 * B * ts), *out = dbuf(2 * B * ho), worst = 0;
+    int32_t *pos = talloc(sizeof(int32_t) * (size_t)(cap + 2 * B)); /* a prompt's, or a call's */
+    mc_tensor C = t1(cache, F64, B * cap * per_pos);
+    mc_attn_desc d = {.heads = heads, .groups = groups, .head_dim = hd, .softmax_scale = (float)(1.0 / sqrt(hd)),
+                      .seg_start = mc_tensor_none()};
+    int64_t *at = talloc(sizeof(int64_t) * (size_t)B); /* positions written so far */
+    for (int b = 0; b < B; b++) { /* the prompts */
+        d.seq = prompt[b];
+        d.batch = 1;
+        for (int i = 0; i < prompt[b]; i++) pos[i] = i;
+        double *o = dbuf(prompt[b] * ho);
+        mc_tensor O = t1(o, F64, prompt[b] * ho), Q = t1(qkv[b], F64, prompt[b] * ts), P = t1(pos, MC_I32, prompt[b]);
+        mc_tensor slot = t1(cache + b * cap * per_pos, F64, cap * per_pos);
+        mc_op_attention_kv_fwd(be, &O, &slot, &Q, &P, &d);
+        for (int64_t i = 0; i < prompt[b] * ho; i++) worst = fmax(worst, fabs(o[i] - ref[b][i]));
+        at[b] = prompt[b];
+    }
+    for (int64_t S = 2;; S = 1) { /* the batched calls */
+        bool more = false;
+        for (int b = 0; b < B; b++) more = more || at[b] < len[b];
+        if (!more) break;
+        d.seq = S;
+        d.batch = B;
+        for (int64_t s = 0; s < S; s++)
+            for (int b = 0; b < B; b++) {
+                const int64_t p = (at[b] < len[b] - S ? at[b] : len[b] - S) + s, t = s * B + b;
+                pos[t] = (int32_t)p;
+                memcpy(q + t * ts, qkv[b] + p * ts, sizeof(double) * (size_t)ts);
+            }
+        mc_tensor O = t1(out, F64, S * B * ho), Q = t1(q, F64, S * B * ts), P = t1(pos, MC_I32, S * B);
+        mc_op_attention_kv_fwd(be, &O, &C, &Q, &P, &d);
+        for (int64_t t = 0; t < S * B; t++) {
+            const int b = (int)(t % B);
+            for (int64_t i = 0; i < ho; i++) worst = fmax(worst, fabs(out[t * ho + i] - ref[b][pos[t] * ho + i]));
+            if (pos[t] + 1 > at[b]) at[b] = pos[t] + 1;
+        }
+    }
+    CHECK(worst < 1e-12, "attention_kv_fwd of sequences of their own lengths: %g from the naive attention alone", worst);
+    const int hpg = heads / groups;
+    double cw = 0;
+    for (int b = 0; b < B; b++)
+        for (int64_t j = 0; j < len[b]; j++)
+            for (int g = 0; g < groups; g++)
+                for (int c = 0; c < 2 * hd; c++)
+                    cw = fmax(cw, fabs(cache[(b * cap + j) * per_pos + g * 2 * hd + c] -
+                                       qkv[b][j * ts + (g * (hpg + 2) + hpg) * hd + c]));
+    CHECK(cw == 0, "the cache differs from the sequences' keys and values by %g", cw);
+    tfree_all();
 }
 
 static void test_attention_kv_cache(void) {
     attn_kv_test(23, 9, 2, 4, 2, 16);  /* GQA, prefill then 14 single steps */
     attn_kv_test(300, 290, 1, 2, 2, 8); /* more than one 256-key block */
     attn_kv_test(5, 1, 3, 3, 1, 32);   /* MQA, one token at a time from the start */
+    tfree_all();
+}
+
+static void test_attention_kv_ragged(void) {
+    static const int prompt3[] = {5, 1, 12}, len3[] = {9, 14, 13};
+    attn_kv_ragged_test(3, prompt3, len3, 4, 2, 16);
+    static const int prompt2[] = {270, 3}, len2[] = {300, 8}; /* past one 256-key block, beside a short one */
+    attn_kv_ragged_test(2, prompt2, len2, 2, 1, 8);
+}
+
+/* argmax_rows: the lowest id of the largest value over the shards' rows, ids from vocab on
+ * left out, NaN never chosen; against a loop over the whole rows. */
+static void test_argmax_rows(void) {
+    enum { N = 3, SHARDS = 2, V = 7, VOCAB = 12 };
+    float x[SHARDS * N * V];
+    for (int i = 0; i < SHARDS * N * V; i++) x[i] = (float)((i * 37) % 11) - 5.0f;
+    x[(1 * N + 0) * V + 2] = 9.0f;    /* row 0: id 9 in shard 1 ... */
+    x[(0 * N + 0) * V + 4] = 9.0f;    /* ... ties id 4 in shard 0, which wins */
+    x[(1 * N + 1) * V + 6] = 50.0f;   /* row 1: id 13 >= vocab, not a token */
+    x[(0 * N + 2) * V + 0] = NAN;     /* row 2: NaN never wins */
+    int32_t ids[N], want[N];
+    for (int b = 0; b < N; b++) {
+        want[b] = 0;
+        float best = -INFINITY;
+        for (int id = 0; id < VOCAB; id++) {
+            const float v = x[((id / V) * N + b) * V + id % V];
+            if (v > best) best = v, want[b] = id;
+        }
+    }
+    mc_tensor I = t1(ids, MC_I32, N), X = mc_tensor_2d(x, F32, SHARDS * N, V);
+    mc_op_argmax_rows(be, &I, &X, VOCAB);
+    for (int b = 0; b < N; b++) CHECK(ids[b] == want[b], "argmax_rows row %d: %d, want %d", b, ids[b], want[b]);
+    CHECK(want[0] == 4, "the test's tie: %d", want[0]);
 }
 
 /* fd_points: finite-difference points for dqkv (all when >= the element count) */
@@ -1301,6 +1405,8 @@ int main(void) {
     RUN(test_attention_long_mqa_seg_dropout);
     RUN(test_attention_wide);
     RUN(test_attention_kv_cache);
+    RUN(test_attention_kv_ragged);
+    RUN(test_argmax_rows);
     RUN(test_philox_vectorized);
     RUN(test_dropout);
     RUN(test_add_scale);

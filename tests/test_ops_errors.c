@@ -234,13 +234,21 @@ static void attention_fwd_dtype(mc_backend *be) {
 }
 static void attention_kv_fwd_shape(mc_backend *be) {
     mc_attn_desc d = attn_desc();
-    mc_tensor out = t1(F32, 30), cache = t1(F32, 64), qkv = t1(F32, 64);
-    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, 0, &d);
+    mc_tensor out = t1(F32, 30), cache = t1(F32, 64), qkv = t1(F32, 64), pos = t1(I32, 4);
+    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, &pos, &d);
 }
 static void attention_kv_fwd_dtype(mc_backend *be) {
     mc_attn_desc d = attn_desc();
-    mc_tensor out = t1(F32, 32), cache = t1(F16, 64), qkv = t1(F32, 64);
-    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, 0, &d);
+    mc_tensor out = t1(F32, 32), cache = t1(F16, 64), qkv = t1(F32, 64), pos = t1(I32, 4);
+    mc_op_attention_kv_fwd(be, &out, &cache, &qkv, &pos, &d);
+}
+static void argmax_rows_shape(mc_backend *be) {
+    mc_tensor ids = t1(I32, 2), x = t2(F32, 3, 8);
+    mc_op_argmax_rows(be, &ids, &x, 8);
+}
+static void argmax_rows_dtype(mc_backend *be) {
+    mc_tensor ids = t1(F32, 2), x = t2(F32, 4, 8);
+    mc_op_argmax_rows(be, &ids, &x, 8);
 }
 static void attention_bwd_shape(mc_backend *be) {
     mc_attn_desc d = attn_desc();
@@ -423,6 +431,7 @@ static const bad_call k_calls[] = {
     CASES(attention_fwd, "out", "lse"),
     CASES(attention_bwd, "dbias", "dout"),
     CASES(attention_kv_fwd, "out", "cache"),
+    CASES(argmax_rows, "x", "ids"),
     CASES(dropout_fwd, "y", "y"),
     CASES(dropout_bwd, "dx", "dx"),
     CASES(dropout_add_fwd, "residual", "residual"),

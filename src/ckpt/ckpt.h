@@ -54,11 +54,12 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
-/* The live state a checkpoint is taken from and loaded into. */
+/* The live state a checkpoint is taken from and loaded into. A model without training
+ * state (generation's inference model) loads with opt and sched NULL: its weights alone. */
 typedef struct mc_ckpt_state {
     mc_model *model;
-    mc_optimizer *opt;
-    mc_lr_schedule *sched;
+    mc_optimizer *opt;     /* NULL: loading the weights only */
+    mc_lr_schedule *sched; /* NULL with opt */
     mc_comm *comm;
     const mc_config *cfg; /* validated */
 } mc_ckpt_state;

@@ -270,7 +270,8 @@ static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_l
     const mc_model *m = ld->st->model;
     const mc_optimizer *o = ld->st->opt;
     mc_backend *be = io->be;
-    const bool direct = m->param_dtype == MC_F32 && !o->owns_master; /* the parameters are the master */
+    const bool master = o && o->owns_master;                  /* the optimizer keeps its own fp32 copy */
+    const bool direct = m->param_dtype == MC_F32 && !master; /* the parameters are the master */
     int next_param = 0;
     for (int64_t lo = 0, w = 0; lo < m->numel && !atomic_load(&ld->failed); lo += io->elems, w++) {
         int64_t hi = lo + io->elems < m->numel ? lo + io->elems : m->numel;
@@ -313,7 +314,7 @@ static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_l
         mc_tensor dst = mc_tensor_1d((char *)m->param_buf + (size_t)lo * mc_dtype_size(m->param_dtype), m->param_dtype, hi - lo);
         if (m->param_dtype == MC_F32) be->copy_d2d(be, dst.data, tmp, bytes);
         else mc_op_convert(be, &dst, &src);
-        for (int s = 0; s < o->nsegments; s++) { /* the master's copy of this window */
+        for (int s = 0; master && s < o->nsegments; s++) { /* the master's copy of this window */
             const mc_adamw_segment *sg = &o->segments[s];
             int64_t a = sg->grad_offset > lo ? sg->grad_offset : lo;
             int64_t b = sg->grad_offset + sg->count < hi ? sg->grad_offset + sg->count : hi;
@@ -394,6 +395,10 @@ static void reset_state(const mc_ckpt_state *st) {
     mc_optimizer *o = st->opt;
     mc_backend *be = m->be;
     mc_model_init_params(m, st->cfg->train.seed);
+    if (!o) {
+        be->sync(be);
+        return;
+    }
     if (o->owns_master)
         for (int s = 0; s < o->nsegments; s++) {
             const mc_adamw_segment *sg = &o->segments[s];
@@ -572,9 +577,9 @@ int mc_ckpt_load(const mc_ckpt_state *st, const mc_ckpt_load_opts *opts, mc_ckpt
             loader_close(&ld);
             continue;
         }
-        bool optim = opts->load_optim && !opts->finetune && ld.meta.has_optim;
+        bool optim = opts->load_optim && !opts->finetune && ld.meta.has_optim && st->opt;
         bool rng = opts->load_rng && !opts->finetune && ld.meta.has_rng;
-        mc_lr_schedule sched = *st->sched;
+        mc_lr_schedule sched = st->sched ? *st->sched : (mc_lr_schedule){0};
         rc = check_fit(st, &ld.meta, opts, optim, &sched, what, err);
         if (mc_ckpt_agree(c, rc, err) != MC_OK) {
             loader_close(&ld);

@@ -3,6 +3,7 @@
  *   megatron-c generate (--load DIR | --load-hf DIR)
  *                       (--prompt TEXT | --prompt-ids "ID ID ..." | --prompts-file FILE.jsonl)
  *                       [--max-new-tokens 64] [--temperature 0] [--top-k 0] [--top-p 1] [--seed N]
+ *                       [--batch-size N] [--no-kv-cache]
  *                       [the tokenizer's flags, --device, --bf16, --tensor-model-parallel-size ...]
  *
  * The model's shape comes from the checkpoint (--load: a --save directory; --load-hf: a
@@ -15,11 +16,12 @@
  * {"prompt": TEXT} or {"text": TEXT} lines): one JSON line each. The prefill and decode
  * speeds go to stderr.
  *
- * Decoding goes through a key/value cache (mc_trainer_sample_stream): the prompt in one
- * forward, then one token a forward; --no-kv-cache recomputes the whole window for every
- * token instead (the cache's check). Prompt and continuation must fit the model's
- * positions. The model is built by the trainer, so gradients and optimizer state are
- * allocated though unused (an inference-only build is to come). */
+ * Decoding goes through generate/generator.h's key/value cache: each prompt in one forward,
+ * then one forward a step for all the prompts under way, a token each, --batch-size of
+ * them at most (default: all; the others start as those end); every prompt gets the tokens
+ * it gets alone. --no-kv-cache recomputes the whole window for every token instead, one
+ * prompt after another (the cache's check). Prompt and continuation must fit the model's
+ * positions. The generator's memory (weights, cache, activations) goes to stderr first. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@
 #include "comm/comm.h"
 #include "megatron.h"
 #include "tokenizer/tokenizer.h"
+#include "generate/generator.h"
 #include "train/convert.h"
 
 typedef struct gen_flags {
@@ -44,6 +47,7 @@ typedef struct gen_flags {
     int max_new_tokens;
     double temperature, top_p;
     int top_k;
+    int batch_size;
     bool no_kv_cache;
 } gen_flags;
 
@@ -57,6 +61,7 @@ static const mc_arg_spec k_flags[] = {
     {"--temperature", MC_ARG_DOUBLE, F(temperature), "0 (default): greedy; else the sampling temperature"},
     {"--top-k", MC_ARG_INT, F(top_k), "draw from the k most likely tokens (default 0: all)"},
     {"--top-p", MC_ARG_DOUBLE, F(top_p), "draw from the most likely tokens up to this probability (default 1)"},
+    {"--batch-size", MC_ARG_INT, F(batch_size), "prompts continued together at most (default 0: all of them)"},
     {"--no-kv-cache", MC_ARG_TRUE, F(no_kv_cache), "recompute the whole window for every new token (the check of the cache)"},
 };
 #undef F
@@ -152,24 +157,21 @@ static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
     return tok;
 }
 
-/* Each token of a continuation as it comes: the time of the first (the prefill's end), the
- * text when streaming one prompt (all the tokens so far decoded again, less what was
- * printed: a token may complete a character that an earlier one began), and the stop at
- * the end of document. */
+/* Each token of a one-prompt continuation as it comes, printed: all the tokens so far
+ * decoded again, less what was printed (a token may complete a character that an earlier
+ * one began). */
 typedef struct stream_ctx {
     const mc_tokenizer *tok;
-    int32_t eod;
-    const int32_t *ids; /* the continuation so far (the caller's out) */
+    const int32_t *ids; /* the continuation so far (the sequence's out) */
     int count;
     size_t printed;
     bool print;
-    double first_at;
 } stream_ctx;
 
-static bool on_token(void *p, int32_t token) {
+static bool on_token(void *p, int i, int32_t token) {
+    (void)i; /* streaming is for one prompt */
+    (void)token;
     stream_ctx *c = p;
-    if (c->first_at == 0) c->first_at = mc_time_now();
-    if (token == c->eod) return false;
     c->count++;
     if (!c->print) return true;
     size_t len;
@@ -215,6 +217,7 @@ int mc_cmd_generate(int argc, char **argv) {
     mc_err err;
     if (mc_args_parse(k_flags, NFLAGS, &g, nown, own, NULL, false, &err) != MC_OK) mc_die_usage("%s", err.msg);
     if (g.max_new_tokens < 1) mc_die_usage("--max-new-tokens must be >= 1");
+    if (g.batch_size < 0) mc_die_usage("--batch-size must be >= 0 (0: all the prompts together)");
     if (g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0 && g.top_p <= 1))
         mc_die_usage("generate: --temperature >= 0, --top-k >= 0 and --top-p in (0, 1] please");
     mc_config cfg;
@@ -236,23 +239,14 @@ int mc_cmd_generate(int argc, char **argv) {
     int64_t it;
     if (mc_ckpt_read_model_config(cfg.ckpt.load, &cfg.model, &it, &err) != MC_OK)
         mc_die_usage("%s %s", g.load_hf ? "--load-hf" : "--load", err.msg);
-    cfg.ckpt.finetune = true;
-    cfg.data.mock_data = true;
-    cfg.model.attention_dropout = cfg.model.hidden_dropout = 0.0f;
-    cfg.log.sample_temperature = g.temperature;
-    cfg.log.sample_top_k = g.top_k;
-    cfg.log.sample_top_p = g.top_p;
-    if (cfg.optim.lr <= 0) cfg.optim.lr = 1e-4; /* no training: any valid schedule */
-    cfg.train.train_iters = 1;
-    cfg.train.micro_batch_size = 1;
-    cfg.train.global_batch_size = 0;
     /* the user's tokenizer (default: the Null one, text as ids), over the model's vocabulary */
     mc_config probe = cfg;
     if (probe.data.tokenizer_type == MC_TOKENIZER_NONE) probe.data.tokenizer_type = MC_TOKENIZER_NULL;
     mc_tokenizer *tok = open_tokenizer(&probe);
     prompt_set ps = {0};
     read_prompts(&ps, &g, tok, cfg.model.vocab_size);
-    /* the window: the longest prompt and its continuation (learned positions cap it) */
+    /* the positions: the longest prompt and its continuation (learned positions cap it; the
+     * recomputing path then slides its window) */
     int64_t longest = 0;
     for (int i = 0; i < ps.n; i++) longest = ps.ids[i].len > longest ? ps.ids[i].len : longest;
     int64_t S = longest + g.max_new_tokens;
@@ -261,50 +255,38 @@ int mc_cmd_generate(int argc, char **argv) {
             mc_die_usage("generate: the longest prompt (%lld tokens) and --max-new-tokens %d exceed the model's %d "
                          "positions",
                          (long long)longest, g.max_new_tokens, cfg.model.max_position_embeddings);
-        S = cfg.model.max_position_embeddings; /* the window slides */
+        S = cfg.model.max_position_embeddings;
     }
-    cfg.model.seq_length = (int)S;
-    /* The trainer builds data it never reads here: Megatron's mock data, whose tokenizer is the
-     * Null one over the model's vocabulary (the prompts went through the user's above). */
-    cfg.data.tokenizer_type = MC_TOKENIZER_NULL;
-    mc_trainer *t = mc_trainer_create(&cfg, &err);
-    if (!t) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
-    int32_t eod = mc_tokenizer_eod(tok);
-    int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)g.max_new_tokens);
-    int rc = 0;
-    double prefill_s = 0, decode_s = 0;
-    int64_t prefill_tokens = 0, decode_tokens = 0;
+    const int batch = g.batch_size > 0 && g.batch_size < ps.n ? g.batch_size : ps.n;
+    mc_generator *gen = mc_generator_create_batched(&cfg, S, batch, &err);
+    if (!gen) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
+    mc_generator_set_eod(gen, mc_tokenizer_eod(tok));
+    mc_generator_set_recompute(gen, g.no_kv_cache);
+    mc_gen_seq *seqs = mc_xcalloc((size_t)ps.n, sizeof *seqs);
+    for (int i = 0; i < ps.n; i++)
+        seqs[i] = (mc_gen_seq){.prompt = ps.ids[i].data,
+                               .prompt_len = (int)ps.ids[i].len,
+                               .params = {.max_new_tokens = g.max_new_tokens,
+                                          .temperature = g.temperature,
+                                          .top_k = g.top_k,
+                                          .top_p = g.top_p,
+                                          .seed = (uint64_t)cfg.train.seed,
+                                          .stop_at_eod = true},
+                               .out = mc_xmalloc(sizeof(int32_t) * (size_t)g.max_new_tokens)};
     const bool stream = ps.n == 1 && !g.no_kv_cache && mc_log_rank() == 0; /* one prompt: printed as it comes */
-    for (int i = 0; i < ps.n && rc == 0; i++) {
-        stream_ctx sc = {.tok = tok, .eod = eod, .ids = out, .print = stream};
-        const int len = (int)ps.ids[i].len;
-        int n = g.max_new_tokens;
-        const double t0 = mc_time_now();
-        int r = g.no_kv_cache ? mc_trainer_sample(t, ps.ids[i].data, len, n, out, &err)
-                              : mc_trainer_sample_stream(t, ps.ids[i].data, len, n, on_token, &sc, out, &n, &err);
-        const double t2 = mc_time_now();
-        if (r != MC_OK) {
-            rc = 1;
-            break;
-        }
-        if (stream) printf("\n");
-        /* through the cache the first token ends the prefill; the window recompute has none */
-        const double t1 = g.no_kv_cache ? t0 : sc.first_at;
-        prefill_s += t1 - t0;
-        prefill_tokens += len;
-        decode_s += t2 - t1;
-        decode_tokens += g.no_kv_cache ? n : n - 1;
-        for (int k = 0; k < n; k++)
-            if (out[k] == eod) n = k; /* stop at the end of document */
-        if (mc_log_rank() != 0 || stream) continue;
+    stream_ctx sc = {.tok = tok, .ids = seqs[0].out, .print = stream};
+    mc_gen_stats st = {0};
+    int rc = mc_generator_run(gen, seqs, ps.n, on_token, &sc, &st, &err) == MC_OK ? 0 : 1;
+    if (stream) printf("\n");
+    for (int i = 0; i < ps.n && rc == 0 && mc_log_rank() == 0 && !stream; i++) {
         size_t text_len;
-        char *text = mc_tokenizer_decode(tok, out, n, &text_len);
+        char *text = mc_tokenizer_decode(tok, seqs[i].out, seqs[i].produced, &text_len);
         if (ps.n == 1) {
             printf("%s\n", text);
         } else {
             cJSON *o = cJSON_CreateObject(), *ids = cJSON_AddArrayToObject(o, "ids");
             if (ps.text[i]) cJSON_AddStringToObject(o, "prompt", ps.text[i]);
-            for (int k = 0; k < n; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(out[k]));
+            for (int k = 0; k < seqs[i].produced; k++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(seqs[i].out[k]));
             cJSON_AddStringToObject(o, "text", text);
             char *line = cJSON_PrintUnformatted(o);
             printf("%s\n", line);
@@ -317,11 +299,13 @@ int mc_cmd_generate(int argc, char **argv) {
     if (rc) fprintf(stderr, "megatron-c: error: %s\n", err.msg);
     else if (mc_log_rank() == 0 && g.no_kv_cache)
         fprintf(stderr, "generate: %d prompt(s), %.1f tok/s (no KV cache: every token recomputes the window)\n", ps.n,
-                decode_s > 0 ? decode_tokens / decode_s : 0.0);
+                st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
     else if (mc_log_rank() == 0)
         fprintf(stderr, "generate: %d prompt(s), prefill %.1f tok/s, decode %.1f tok/s (KV cache)\n", ps.n,
-                prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_s > 0 ? decode_tokens / decode_s : 0.0);
-    free(out);
-    mc_trainer_free(t);
+                st.prefill_s > 0 ? st.prefill_tokens / st.prefill_s : 0.0,
+                st.decode_s > 0 ? st.decode_tokens / st.decode_s : 0.0);
+    for (int i = 0; i < ps.n; i++) free(seqs[i].out);
+    free(seqs);
+    mc_generator_free(gen);
     return rc;
 }

@@ -7,8 +7,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
-#include "data/data.h"
 #include "comm/comm.h"
+#include "data/data.h"
+#include "generate/trainer_sample.h"
 #include "megatron.h"
 #include "tokenizer/tokenizer.h"
 #include "train/flags.h"
@@ -42,7 +43,7 @@ static void print_sample(mc_trainer *t, const mc_config *cfg, const mc_tokenizer
     int n = cfg->log.sample_tokens;
     int32_t *out = mc_xmalloc(sizeof(int32_t) * (size_t)n);
     mc_err err;
-    if (mc_trainer_sample(t, prompt->data, (int)prompt->len, n, out, &err) != MC_OK) {
+    if (mc_gen_trainer_sample(t, prompt->data, (int)prompt->len, n, out, &err) != MC_OK) {
         fprintf(stderr, "megatron-c: error: %s\n", err.msg);
         free(out);
         return;

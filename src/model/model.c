@@ -21,7 +21,8 @@ static double llama31_scale(double freq, double factor) {
 static void build_rope_tables(mc_model *m, mc_arena *a) {
     const mc_model_config *c = &m->cfg;
     m->rot_dim = (int)(c->kv_channels * c->rotary_percent);
-    int64_t half = m->rot_dim / 2, P = c->max_position_embeddings;
+    /* an inference model's positions stop at its seq_length (the generator's max positions) */
+    int64_t half = m->rot_dim / 2, P = m->inference ? m->seq : c->max_position_embeddings;
     mc_dtype dt = mc_stat_dtype(m->act_dtype);
     size_t bytes = (size_t)(P * half) * mc_dtype_size(dt);
     m->rope_cos = mc_tensor_2d(mc_arena_alloc(a, bytes), dt, P, half);
@@ -128,8 +129,51 @@ int64_t mc_model_head_chunk(const mc_head_plan *hp) {
     return chunk;
 }
 
+/* A forward-only (inference) model's activations: one layer's buffers, which every layer
+ * reuses since no backward needs them kept, the residual stream alternating between two;
+ * no backward scratch, no losses; the LM head's logits for max_batch rows (a decode step's
+ * new tokens). A forward holds up to max_tokens tokens (mc_model_options.inference). */
+static void plan_inference(mc_model *m, mc_arena *a) {
+    const mc_model_config *c = &m->cfg;
+    const int64_t N = m->max_tokens, h = c->hidden_size, d = c->kv_channels;
+    const mc_dtype at = m->act_dtype, st = mc_stat_dtype(at);
+    const bool ln = c->normalization == MC_NORM_LAYERNORM;
+    const mc_tensor res[2] = {alloc2(a, at, N, h), alloc2(a, at, N, h)};
+    mc_layer_acts one = {
+        .mean1 = ln ? alloc1(a, st, N) : mc_tensor_none(),
+        .rstd1 = alloc1(a, st, N),
+        .qkv = alloc2(a, at, N, m->qkv_local),
+        .att = alloc2(a, at, N, (int64_t)m->heads_local * d),
+        .lse = alloc1(a, st, N * m->heads_local),
+        .x_mid = alloc2(a, at, N, h),
+        .mean2 = ln ? alloc1(a, st, N) : mc_tensor_none(),
+        .rstd2 = alloc1(a, st, N),
+        .fc1 = alloc2(a, at, N, m->fc1_local),
+        .act = m->recompute_act ? mc_tensor_none() : alloc2(a, at, N, m->ffn_local),
+    };
+    m->emb_out = res[0];
+    for (int l = 0; l < c->num_layers; l++) {
+        m->acts[l] = one;
+        m->acts[l].x_in = res[l % 2];
+    }
+    m->x_final = res[c->num_layers % 2];
+    m->yf = alloc2(a, at, N, h);
+    m->meanf = ln ? alloc1(a, st, N) : mc_tensor_none();
+    m->rstdf = alloc1(a, st, N);
+    m->dtmp = alloc2(a, at, N, h); /* the row-parallel linears' partial sums */
+    m->ytmp = alloc2(a, at, N, h);
+    m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
+    m->head_chunk = m->max_batch;
+    m->logits = alloc2(a, at, m->max_batch, m->vocab_local);
+    if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
+}
+
 /* The whole activation plan; run once on a measuring arena, once on the real one. */
 static void plan_activations(mc_model *m, mc_arena *a) {
+    if (m->inference) {
+        plan_inference(m, a);
+        return;
+    }
     const mc_model_config *c = &m->cfg;
     int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
     int64_t Nl = m->sp ? N / m->tp : N; /* residual-stream tokens on this rank */
@@ -214,7 +258,7 @@ static bool sizes_countable(const mc_model_options *o) {
     const mc_model_config *c = &o->cfg;
     double d = c->kv_channels, heads = c->num_attention_heads, f = c->ffn_hidden_size;
     double W = c->hidden_size + (heads + 2.0 * c->num_query_groups) * d + heads * d + (c->swiglu ? 3 : 2) * f + 64;
-    double N = (double)o->max_batch * (double)c->seq_length;
+    double N = (double)o->max_batch * (double)c->seq_length; /* at least an inference model's max_tokens */
     double R = fmax(fmax(N, (double)c->max_position_embeddings), fmax((double)o->padded_vocab, W));
     double elems = ((double)c->num_layers + 4) * R * (16 * W + R);
     return elems * 8 < 0x1p60;
@@ -251,6 +295,9 @@ int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_com
     m->vocab_start = (int64_t)m->tp_rank * m->vocab_local;
     m->max_batch = o->max_batch;
     m->seq = c->seq_length;
+    m->inference = o->inference;
+    m->max_tokens = o->inference ? (m->max_batch > m->seq ? m->max_batch : m->seq) : m->max_batch * m->seq;
+    MC_ASSERT(!(m->inference && m->sp), "an inference model runs without sequence parallelism");
     m->micro_batches = o->micro_batches;
 
     mc_model_build_table(m, &o->layout);
@@ -264,7 +311,7 @@ int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_com
 
 void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts) {
     *params = (size_t)m->numel * mc_dtype_size(m->param_dtype);
-    *grads = (size_t)m->numel * mc_dtype_size(m->grad_dtype);
+    *grads = m->inference ? 0 : (size_t)m->numel * mc_dtype_size(m->grad_dtype);
     *acts = m->act_bytes;
 }
 
@@ -273,17 +320,19 @@ void mc_model_alloc(mc_model *m) {
     size_t params, grads, acts;
     mc_model_bytes(m, &params, &grads, &acts);
     m->param_buf = be->alloc(be, params);
-    m->grad_buf = be->alloc(be, grads);
     be->zero(be, m->param_buf, params);
-    be->zero(be, m->grad_buf, grads);
+    if (!m->inference) { /* before the activations: the first backward's head borrows from it */
+        m->grad_buf = be->alloc(be, grads);
+        be->zero(be, m->grad_buf, grads);
+    }
     mc_arena_allocator backend_memory = mc_backend_arena_allocator(be);
     mc_arena_init(&m->act_arena, "activations", &backend_memory, acts);
     plan_activations(m, &m->act_arena);
     m->act_bytes = m->act_arena.capacity;
+    if (m->inference) return;
     size_t ntok = (size_t)(m->max_batch * m->seq);
     m->host_loss = mc_xmalloc(sizeof(double) * ntok); /* room for F32 or F64 elements */
     m->host_mask = mc_xmalloc(sizeof(double) * ntok);
-    m->host_logits = mc_xmalloc(sizeof(double) * (size_t)m->vocab_local);
 }
 
 int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err) {
@@ -332,13 +381,12 @@ void mc_model_free(mc_model *m) {
     if (!m->be) return;
     mc_arena_free(&m->act_arena);
     m->be->free(m->be, m->param_buf);
-    m->be->free(m->be, m->grad_buf);
+    if (m->grad_buf) m->be->free(m->be, m->grad_buf);
     free(m->params);
     free(m->buckets);
     free(m->layers);
     free(m->acts);
     free(m->host_loss);
     free(m->host_mask);
-    free(m->host_logits);
     memset(m, 0, sizeof *m);
 }

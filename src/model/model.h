@@ -11,6 +11,8 @@
  *   buckets for data-parallel reduction are contiguous ranges taken from the end.
  * - activations: one arena holding what backward needs for one micro-batch, plus
  *   scratch for backward; sized from (micro_batch_size, seq_length) up front.
+ * An inference model (mc_model_options.inference: generation) has no gradients and keeps
+ * one layer's activations, which every layer reuses.
  *
  * Activations are [s, b, h] (token t = s*B + b). Tensor-parallel collectives are called on
  * the tp group; with TP = 1 they are no-ops. */
@@ -92,6 +94,11 @@ typedef struct mc_model_options {
     int64_t max_batch;        /* sequences a micro-batch holds at most */
     mc_dtype param_dtype, grad_dtype, act_dtype;
     mc_model_layout layout;   /* the buckets; zeros: one bucket, no padding multiple */
+    /* Forward only (generation): no gradient buffer, one layer's activations reused by every
+     * layer, no losses; a forward holds max(max_batch, seq_length) tokens, so up to max_batch
+     * sequences of one token (a decode step) or one sequence of up to seq_length (a prompt, a
+     * recomputed window). Without sequence parallelism. */
+    bool inference;
 } mc_model_options;
 
 /* Callbacks that let data parallelism overlap with the passes (all optional). */
@@ -165,7 +172,7 @@ typedef struct mc_model {
     int emb_w, pos_w, lnf_w, lnf_b, out_w; /* out_w == emb_w when tied */
 
     void *param_buf;      /* [numel] param_dtype */
-    void *grad_buf;       /* [numel] grad_dtype */
+    void *grad_buf;       /* [numel] grad_dtype; NULL in an inference model */
     /* Set by mc_model_zero_grads: the next backward overwrites the grad_overwritten
      * gradients (whose contents are stale until then) instead of accumulating. */
     bool grads_reset;
@@ -175,8 +182,10 @@ typedef struct mc_model {
     int rot_dim;
 
     /* Activations for one micro-batch of up to (max_batch, seq) tokens; micro_batches
-     * of them a step (the gradient accumulation). */
-    int64_t max_batch, seq;
+     * of them a step (the gradient accumulation). An inference model's forward holds up to
+     * max_tokens tokens (max_batch x seq for training). */
+    int64_t max_batch, seq, max_tokens;
+    bool inference;
     int micro_batches;
     mc_arena act_arena;
     mc_layer_acts *acts;  /* [num_layers] */
@@ -190,7 +199,8 @@ typedef struct mc_model {
      * parallel outputs, gathered gradients); dqkv, datt, dact: backward scratch (the MLP's
      * fc1 gradient overwrites the layer's saved fc1 output instead) */
     mc_tensor dres, dtmp, dqkv, datt, dact;
-    /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits) */
+    /* LM head in token chunks: logits [chunk, vocab_local] (reused as dlogits); an inference
+     * model's chunk is max_batch rows */
     mc_tensor logits, rowmax, gmax, stats, tok_loss; /* gmax: the TP group's row maxima */
     int64_t head_chunk;
     /* The first backward after mc_model_zero_grads: its head chunk (0: head_chunk) and the
@@ -201,10 +211,8 @@ typedef struct mc_model {
     int64_t head_chunk_first, borrow_lo, borrow_hi;
     mc_tensor logits_first;
     size_t act_bytes;
-    /* host staging: a pass's per-token losses and loss mask as stored (F32 or F64), one
-     * logits row */
+    /* host staging: a pass's per-token losses and loss mask as stored (F32 or F64) */
     void *host_loss, *host_mask;
-    char *host_logits;
 } mc_model;
 
 /* mc_model_plan then mc_model_alloc. */
@@ -214,7 +222,8 @@ int mc_model_create(mc_model *m, const mc_model_options *o, mc_backend *be, mc_c
  * bits is an error, nothing allocated. Then mc_model_bytes says what mc_model_alloc will
  * take, and mc_model_free releases a plan not allocated. */
 int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_comm *comm, mc_err *err);
-/* Backend bytes of the planned parameters, gradients and activations. */
+/* Backend bytes of the planned parameters, gradients (0 for an inference model) and
+ * activations. */
 void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts);
 /* Allocates the planned buffers (zeroed parameters and gradients, the activation arena). */
 void mc_model_alloc(mc_model *m);
@@ -279,29 +288,35 @@ mc_dtype mc_model_loss_dtype(const mc_model *m); /* F32, or F64 for F64 activati
 void mc_model_sum_losses(const void *loss, mc_dtype loss_dt, const void *mask, mc_dtype mask_dt, int64_t n,
                          double *loss_sum, double *num_tokens);
 
-/* Greedy next token after position `t` of sequence b (forward already run on mb with
- * train = false): argmax over the full vocabulary (ids >= vocab_size are skipped). */
-int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b);
+/* The final norm's output of a forward without the LM head (train = false): for
+ * generation's window recompute, which then takes mc_model_head_logits of one row. */
 void mc_model_forward_only(mc_model *m, const mc_microbatch *mb);
 
 /* ---- generation with a key/value cache ----
- * Per layer [cap, batch, this rank's query groups, 2, kv_channels] in the activation dtype
- * (backend.h's attention_kv_fwd). mc_model_forward_cached runs mb's seq new tokens, at
- * positions pos0 .. pos0 + seq - 1 (mb->pos must hold them: RoPE and learned positions read
- * it), through every layer, storing their keys and values and attending over the cache;
- * then the final norm's output is in place for mc_model_argmax_at / mc_model_row_logits.
- * Not with sequence parallelism; mb->seq at most the planned sequence. */
+ * Per layer [batch, cap, this rank's query groups, 2, kv_channels] in the activation dtype
+ * (backend.h's attention_kv_fwd): a slot of cap positions for each of batch sequences.
+ * mc_model_forward_cached runs mb's [seq, batch] new tokens, the sequences in the cache's
+ * slots slot0 .. slot0 + batch - 1, each token at its own position mb->pos[s * batch + b]
+ * (RoPE, learned positions and the cache read them on the device, so every sequence has
+ * its own length), through every layer, storing their keys and values and attending over
+ * their slots; then the final norm's output is in place for mc_model_head_logits. Not with
+ * sequence parallelism; seq x batch at most the tokens a forward holds (max_tokens). */
 typedef struct mc_kv_cache {
     mc_tensor *layers;
     int n;
     int64_t cap, batch;
+    void *buf; /* all layers' caches, one allocation */
 } mc_kv_cache;
+/* Backend bytes of a cache of batch slots of cap positions. */
+size_t mc_kv_cache_bytes(const mc_model *m, int64_t cap, int64_t batch);
 void mc_kv_cache_alloc(mc_model *m, mc_kv_cache *c, int64_t cap, int64_t batch);
 void mc_kv_cache_free(mc_model *m, mc_kv_cache *c);
-void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t pos0);
-/* The logits (this rank's vocabulary shard, F32) of row `row` (t * batch + b) of the last
- * forward's final-norm output, into out [vocab_local]. */
-void mc_model_row_logits(mc_model *m, int64_t row, float *out);
+void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t slot0);
+
+/* This rank's logits (its vocabulary shard, [n, vocab_local] in the activation dtype) of
+ * rows row0 .. row0 + n - 1 (row t * batch + b) of the last forward's final-norm output, in
+ * the model's logits buffer: valid until the next forward; n at most head_chunk. */
+mc_tensor mc_model_head_logits(mc_model *m, int64_t row0, int64_t n);
 
 /* This rank's logits [N, vocab_local] of a micro-batch into host memory, as F32 (for
  * tests and export checks; allocates a host staging buffer). */

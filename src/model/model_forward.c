@@ -68,8 +68,8 @@ typedef struct {
     bool acc;        /* weight gradients accumulate (false: the first backward after a reset writes them) */
     uint64_t stream;
     const mc_microbatch *mb;
-    mc_kv_cache *cache; /* generation: the new tokens attend over it (positions from pos0) */
-    int64_t pos0;
+    mc_kv_cache *cache; /* generation: the new tokens attend over its slots slot0 .. slot0 + B - 1 */
+    int64_t slot0;
 } pass_ctx;
 
 /* ---- tensor/sequence-parallel boundaries ---- */
@@ -267,7 +267,12 @@ static void layer_fwd(pass_ctx *p, int l, mc_tensor *x_out) {
         mc_op_rope(be, &qkv, &rd, false);
     }
     if (p->cache) {
-        mc_op_attention_kv_fwd(be, &att, &p->cache->layers[l], &qkv, p->pos0, &ad);
+        const mc_tensor *all = &p->cache->layers[l];
+        const int64_t per_slot = mc_tensor_numel(all) / p->cache->batch;
+        mc_tensor slots = mc_tensor_1d((char *)all->data + (size_t)(p->slot0 * per_slot) * mc_dtype_size(all->dtype),
+                                       all->dtype, p->B * per_slot);
+        mc_tensor pos = rows_of(&p->mb->pos, N);
+        mc_op_attention_kv_fwd(be, &att, &slots, &qkv, &pos, &ad);
     } else {
         mc_tensor lse = rows_of(&a->lse, p->B * m->heads_local * p->S);
         mc_op_attention_fwd(be, &att, &lse, &qkv, &ad);
@@ -504,9 +509,11 @@ static void head_loss(pass_ctx *p, bool backward, double grad_scale, void *host_
 }
 
 static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint64_t stream) {
-    MC_ASSERT(mb->seq == m->seq && mb->batch >= 1 && mb->batch <= m->max_batch,
-              "micro-batch [%lld, %lld] vs plan [%lld, %lld]", (long long)mb->seq, (long long)mb->batch,
-              (long long)m->seq, (long long)m->max_batch);
+    /* an inference model takes shorter sequences too (max_tokens) */
+    const bool fits = m->inference ? mb->seq >= 1 && mb->seq <= m->seq && mb->seq * mb->batch <= m->max_tokens
+                                   : mb->seq == m->seq;
+    MC_ASSERT(fits && mb->batch >= 1 && mb->batch <= m->max_batch, "micro-batch [%lld, %lld] vs plan [%lld, %lld]",
+              (long long)mb->seq, (long long)mb->batch, (long long)m->seq, (long long)m->max_batch);
     pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch,
                   .train = train, .acc = !m->grads_reset, .stream = stream, .mb = mb};
     p.Nl = m->sp ? p.N / m->tp : p.N;
@@ -516,6 +523,7 @@ static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint
 
 static void forward_backward(mc_model *m, const mc_microbatch *mb, bool backward, double grad_scale,
                              uint64_t rng_stream, bool train, void *host_loss, double *loss_sum, double *num_tokens) {
+    MC_ASSERT(!m->inference, "an inference model computes no losses");
     pass_ctx p = make_pass(m, mb, train, rng_stream);
     run_forward(&p);
     head_loss(&p, backward, grad_scale, host_loss, loss_sum, num_tokens);
@@ -552,31 +560,48 @@ void mc_model_forward_only(mc_model *m, const mc_microbatch *mb) {
     run_forward(&p);
 }
 
+size_t mc_kv_cache_bytes(const mc_model *m, int64_t cap, int64_t batch) {
+    return (size_t)(m->cfg.num_layers * batch * cap * m->groups_local * 2 * m->cfg.kv_channels) *
+           mc_dtype_size(m->act_dtype);
+}
+
 void mc_kv_cache_alloc(mc_model *m, mc_kv_cache *c, int64_t cap, int64_t batch) {
-    int64_t n = cap * batch * m->groups_local * 2 * m->cfg.kv_channels;
+    const int64_t n = batch * cap * m->groups_local * 2 * m->cfg.kv_channels;
     c->n = m->cfg.num_layers;
     c->cap = cap;
     c->batch = batch;
+    c->buf = m->be->alloc(m->be, mc_kv_cache_bytes(m, cap, batch));
     c->layers = mc_xcalloc((size_t)c->n, sizeof(mc_tensor));
     for (int l = 0; l < c->n; l++)
-        c->layers[l] = mc_tensor_1d(m->be->alloc(m->be, (size_t)n * mc_dtype_size(m->act_dtype)), m->act_dtype, n);
+        c->layers[l] = mc_tensor_1d((char *)c->buf + (size_t)(l * n) * mc_dtype_size(m->act_dtype), m->act_dtype, n);
 }
 
 void mc_kv_cache_free(mc_model *m, mc_kv_cache *c) {
-    for (int l = 0; l < c->n; l++) m->be->free(m->be, c->layers[l].data);
+    if (c->buf) m->be->free(m->be, c->buf);
     free(c->layers);
     memset(c, 0, sizeof *c);
 }
 
-void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t pos0) {
+void mc_model_forward_cached(mc_model *m, const mc_microbatch *mb, mc_kv_cache *c, int64_t slot0) {
     MC_ASSERT(!m->sp, "generation with a key/value cache runs without sequence parallelism");
-    MC_ASSERT(mb->seq >= 1 && mb->seq <= m->seq && mb->batch == c->batch && pos0 + mb->seq <= c->cap,
-              "cached forward: %lld new tokens at %lld, cache of %lld", (long long)mb->seq, (long long)pos0,
-              (long long)c->cap);
+    MC_ASSERT(mb->seq >= 1 && mb->batch >= 1 && mb->seq * mb->batch <= m->max_tokens && slot0 >= 0 &&
+                  slot0 + mb->batch <= c->batch,
+              "cached forward: [%lld, %lld] new tokens in slots from %lld; %lld tokens a forward, %lld slots",
+              (long long)mb->seq, (long long)mb->batch, (long long)slot0, (long long)m->max_tokens,
+              (long long)c->batch);
     pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch, .train = false,
-                  .acc = !m->grads_reset, .mb = mb, .cache = c, .pos0 = pos0};
+                  .acc = !m->grads_reset, .mb = mb, .cache = c, .slot0 = slot0};
     p.Nl = p.N;
     run_forward(&p);
+}
+
+mc_tensor mc_model_head_logits(mc_model *m, int64_t row0, int64_t n) {
+    MC_ASSERT(n >= 1 && n <= m->head_chunk, "head logits of %lld rows, the buffer holds %lld", (long long)n,
+              (long long)m->head_chunk);
+    mc_tensor x = rows_at(&m->yf, row0, n), logits = rows_of(&m->logits, n), w = mc_model_param(m, m->out_w);
+    mc_tensor none = mc_tensor_none();
+    mc_op_linear_fwd(m->be, &logits, &x, &w, &none);
+    return logits;
 }
 
 /* Element i of a host copy of activations of dtype dt, widened. */
@@ -587,44 +612,6 @@ static double host_value(const char *host, mc_dtype dt, int64_t i) {
     case MC_BF16: return mc_bf16_to_f32(((const uint16_t *)host)[i]);
     default: return mc_f16_to_f32(((const uint16_t *)host)[i]); /* MC_F16 */
     }
-}
-
-int32_t mc_model_argmax_at(mc_model *m, const mc_microbatch *mb, int64_t t, int64_t b) {
-    mc_backend *be = m->be;
-    int64_t row = t * mb->batch + b;
-    mc_tensor x = rows_at(&m->yf, row, 1), logits = rows_of(&m->logits, 1), w = mc_model_param(m, m->out_w);
-    mc_tensor none = mc_tensor_none();
-    mc_op_linear_fwd(be, &logits, &x, &w, &none);
-    int64_t V = m->vocab_local;
-    size_t esz = mc_dtype_size(m->act_dtype);
-    char *host = m->host_logits;
-    be->copy_d2h(be, host, logits.data, (size_t)V * esz);
-    double best = -INFINITY;
-    int64_t best_id = -1;
-    for (int64_t j = 0; j < V; j++) {
-        int64_t id = m->vocab_start + j;
-        if (id >= m->cfg.vocab_size) break; /* padding rows are not tokens */
-        double v = host_value(host, m->act_dtype, j);
-        if (v > best) {
-            best = v;
-            best_id = id;
-        }
-    }
-    /* Across TP ranks: the largest logit wins, the lowest id on ties. */
-    double vmax = best;
-    mc_comm_all_reduce_host_f64(&m->comm->tp, &vmax, 1, MC_REDUCE_MAX);
-    double cand = (best == vmax && best_id >= 0) ? (double)best_id : INFINITY;
-    mc_comm_all_reduce_host_f64(&m->comm->tp, &cand, 1, MC_REDUCE_MIN);
-    return (int32_t)cand;
-}
-
-void mc_model_row_logits(mc_model *m, int64_t row, float *out) {
-    mc_tensor x = rows_at(&m->yf, row, 1), logits = rows_of(&m->logits, 1), w = mc_model_param(m, m->out_w);
-    mc_tensor none = mc_tensor_none();
-    mc_op_linear_fwd(m->be, &logits, &x, &w, &none);
-    size_t esz = mc_dtype_size(m->act_dtype);
-    m->be->copy_d2h(m->be, m->host_logits, logits.data, (size_t)m->vocab_local * esz);
-    for (int64_t j = 0; j < m->vocab_local; j++) out[j] = (float)host_value(m->host_logits, m->act_dtype, j);
 }
 
 void mc_model_logits(mc_model *m, const mc_microbatch *mb, float *out) {

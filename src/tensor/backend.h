@@ -137,7 +137,7 @@ typedef enum {
     MC_OP_EMBEDDING_FWD, MC_OP_EMBEDDING_BWD,
     MC_OP_LAYERNORM_FWD, MC_OP_LAYERNORM_BWD, MC_OP_RMSNORM_FWD, MC_OP_RMSNORM_BWD,
     MC_OP_ROPE, MC_OP_GELU_FWD, MC_OP_GELU_BWD, MC_OP_SWIGLU_FWD, MC_OP_SWIGLU_BWD,
-    MC_OP_ATTENTION_FWD, MC_OP_ATTENTION_BWD, MC_OP_ATTENTION_KV_FWD,
+    MC_OP_ATTENTION_FWD, MC_OP_ATTENTION_BWD, MC_OP_ATTENTION_KV_FWD, MC_OP_ARGMAX_ROWS,
     MC_OP_DROPOUT_FWD, MC_OP_DROPOUT_BWD, MC_OP_DROPOUT_ADD_FWD, MC_OP_ADD_INPLACE, MC_OP_SCALE_INPLACE,
     MC_OP_XENT_ROWSTATS, MC_OP_XENT_RESCALE, MC_OP_XENT_LOSS_GRAD, MC_OP_XENT_FUSED,
     MC_OP_ADAMW, MC_OP_SUMSQ, MC_OP_SUMSQ_SEGMENTS, MC_OP_COUNT_ZEROS,
@@ -305,14 +305,28 @@ struct mc_backend {
      * positions, which a backend may form from the values before their rounding. */
     void (*attention_bwd)(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
-    /* Generation with a key/value cache: the d->seq new tokens of qkv (positions pos0 ..
-     * pos0 + seq - 1, d->batch sequences alike) first store their keys and values into
-     * cache [cap, B, groups, 2, head_dim] (a group's key head, then its value head) at
-     * those positions, then the query of the new token at position p attends causally to
-     * cache positions 0 .. p; out [seq, B, heads, head_dim]. Forward only: no dropout, no
-     * seg_start, no lse. cache has qkv's dtype; pos0 + seq <= cap. */
-    void (*attention_kv_fwd)(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
-                             const mc_attn_desc *d);
+    /* Generation with a key/value cache, each of the d->batch sequences at its own length:
+     * token (s, b) of qkv (row s B + b, as everywhere) is at position pos[s B + b] of
+     * sequence b (pos: I32 [S B], the positions RoPE read; the tokens of one sequence at
+     * distinct positions). First every new token's key and value heads are stored into
+     * cache [B, cap, groups, 2, head_dim] (sequence b's positions one after another, a
+     * group's key head then its value head) at (b, its position); then the query of token
+     * (s, b) at position p attends causally to cache[b, 0 .. p], which this call or earlier
+     * ones wrote. out [S, B, heads, head_dim]. Forward only: no dropout, no seg_start, no
+     * lse. cache has qkv's dtype. A position outside [0, cap) is the caller's bug, caught by
+     * the backend (the CPU aborts; CUDA stores nothing for it and reports it at the next
+     * synchronization), as rope's table positions are: pos lives in backend memory, which
+     * the op layer does not read. */
+    void (*attention_kv_fwd)(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
+                             const mc_tensor *pos, const mc_attn_desc *d);
+
+    /* ---- the greedy choice of generation ----
+     * ids[n] (I32) = for each row b < n of logits gathered from `shards` vocabulary shards
+     * (x [shards n, V_s]: rows r n .. r n + n - 1 hold ids [r V_s, (r + 1) V_s), as a
+     * tensor-parallel all-gather lays them out; 1 shard: x [n, V]), the id < vocab of the
+     * largest value, the lowest id among equals; NaN counts as -inf (an all -inf row gives
+     * 0). So only n ids, not the logits, need to reach the host. */
+    void (*argmax_rows)(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
 
     /* ---- dropout and residual (masks regenerated from Philox, never stored) ----
      * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p, 0 <= p < 1. y may

@@ -581,22 +581,41 @@ void mc_op_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const m
     be->attention_fwd(be, out, lse, qkv, d);
 }
 
-void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
-                            const mc_attn_desc *d) {
+void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
+                            const mc_tensor *pos, const mc_attn_desc *d) {
     const char *op = "attention_kv_fwd";
     mc_dtype dt = attention_checks(be, op, qkv, d);
     if (d->dropout != 0.0f) op_fail(op, "d.dropout", "0 (generation)", textf("%g", (double)d->dropout).s);
     if (mc_tensor_present(&d->seg_start)) op_fail(op, "d.seg_start", "absent (generation)", "present");
     need_act(op, "out", out, dt, "qkv's");
     need_numel(op, "out", out, d->seq * d->batch * d->heads * d->head_dim, "S x B x heads x head_dim");
+    need_ids(op, "pos", pos);
+    need_numel(op, "pos", pos, d->seq * d->batch, "S x B");
     need_act(op, "cache", cache, dt, "qkv's");
-    int64_t per_pos = d->batch * d->groups * 2 * d->head_dim, n = mc_tensor_numel(cache);
-    if (n % per_pos != 0 || pos0 < 0 || pos0 + d->seq > n / per_pos)
-        op_fail(op, "cache", "[cap, B, groups, 2, head_dim] with pos0 + S <= cap",
-                textf("%lld elements, pos0 %lld, S %lld", (long long)n, (long long)pos0, (long long)d->seq).s);
+    int64_t per_seq_pos = d->batch * d->groups * 2 * d->head_dim, n = mc_tensor_numel(cache);
+    if (n == 0 || n % per_seq_pos != 0)
+        op_fail(op, "cache", "[B, cap, groups, 2, head_dim] with cap >= 1",
+                textf("%lld elements for B %lld, groups %d, head_dim %d", (long long)n, (long long)d->batch, d->groups,
+                      d->head_dim).s);
     need_apart(op, "cache", cache, "qkv", qkv);
+    need_apart(op, "cache", cache, "out", out);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_ATTENTION_KV_FWD, .attn = d});
-    be->attention_kv_fwd(be, out, cache, qkv, pos0, d);
+    be->attention_kv_fwd(be, out, cache, qkv, pos, d);
+}
+
+void mc_op_argmax_rows(mc_backend *be, mc_tensor *ids, const mc_tensor *x, int64_t vocab) {
+    const char *op = "argmax_rows";
+    need_compute(be, op, "x", x);
+    need_ids(op, "ids", ids);
+    int64_t n = mc_tensor_numel(ids), rows = rows_of(x), cols = cols_of(x);
+    if (n == 0 || rows % n != 0)
+        op_fail(op, "x", textf("a multiple of %lld rows (shards x ids' element count)", (long long)n).s,
+                shape_text(x).s);
+    if (vocab < 1 || vocab > rows / n * cols)
+        op_fail(op, "vocab", textf("in [1, %lld] (the ids the shards hold)", (long long)(rows / n * cols)).s,
+                textf("%lld", (long long)vocab).s);
+    need_supported(be, op, &(mc_op_sizes){.op = MC_OP_ARGMAX_ROWS, .rows = rows, .cols = cols});
+    be->argmax_rows(be, ids, x, vocab);
 }
 
 void mc_op_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,

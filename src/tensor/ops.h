@@ -70,8 +70,10 @@ void mc_op_attention_fwd(mc_backend *be, mc_tensor *out, mc_tensor *lse, const m
 void mc_op_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                          const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 /* backend.h's attention_kv_fwd (generation with a key/value cache). */
-void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
-                            const mc_attn_desc *d);
+void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
+                            const mc_tensor *pos, const mc_attn_desc *d);
+/* backend.h's argmax_rows (the greedy choice of generation). */
+void mc_op_argmax_rows(mc_backend *be, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
 
 /* ---- dropout and residual ---- */
 void mc_op_dropout_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);

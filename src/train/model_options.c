@@ -1,5 +1,7 @@
 #include "train/model_options.h"
 
+#include "base/log.h"
+
 mc_model_options mc_model_options_from_config(const mc_config *cfg, int dp, mc_dtype param_dtype, mc_dtype grad_dtype,
                                               mc_dtype act_dtype, int64_t max_batch, const mc_model_layout *layout) {
     mc_model_options o = {
@@ -17,4 +19,29 @@ mc_model_options mc_model_options_from_config(const mc_config *cfg, int dp, mc_d
     };
     if (layout) o.layout = *layout;
     return o;
+}
+
+int mc_backend_from_config(const mc_config *cfg, mc_comm *comm, mc_backend **be, mc_err *err) {
+    mc_device_choice dev = cfg->train.device;
+    if (dev == MC_DEVICE_CUDA_ONLY || (dev == MC_DEVICE_AUTO && mc_backend_cuda_available())) {
+        int device = mc_comm_pick_device(comm, err);
+        if (device < 0) return MC_ERR;
+        *be = mc_backend_cuda_create(device, err);
+        if (!*be) return MC_ERR;
+        (*be)->reproducible = cfg->train.deterministic_mode;
+        return mc_comm_init_device(comm, *be, err);
+    }
+    *be = mc_backend_cpu_create();
+    if (cfg->precision.bf16)
+        mc_log_info("note: --bf16: the CPU backend computes in fp32 (bf16 applies on the CUDA backend)");
+    if (cfg->precision.fp16)
+        mc_log_info("note: --fp16: the CPU backend computes in fp32 (fp16 applies on the CUDA backend); loss scaling "
+                    "and skipping overflowed steps still run");
+    return MC_OK;
+}
+
+mc_dtype mc_model_dtype_from_config(const mc_config *cfg, const mc_backend *be) {
+    if (be->device == MC_DEVICE_CUDA && cfg->precision.bf16) return MC_BF16;
+    if (be->device == MC_DEVICE_CUDA && cfg->precision.fp16) return MC_F16;
+    return MC_F32;
 }

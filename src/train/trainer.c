@@ -9,31 +9,11 @@
 
 #include "base/file.h"
 #include "base/log.h"
-#include "base/philox.h"
 #include "base/timer.h"
 #include "comm/comm.h"
 #include "train/flops.h"
 #include "train/model_options.h"
 #include "train/trainer_internal.h"
-
-static int pick_backend(mc_trainer *t, mc_err *err) {
-    mc_device_choice dev = t->cfg.train.device;
-    if (dev == MC_DEVICE_CUDA_ONLY || (dev == MC_DEVICE_AUTO && mc_backend_cuda_available())) {
-        int device = mc_comm_pick_device(&t->comm, err);
-        if (device < 0) return MC_ERR;
-        t->be = mc_backend_cuda_create(device, err);
-        if (!t->be) return MC_ERR;
-        t->be->reproducible = t->cfg.train.deterministic_mode;
-        return mc_comm_init_device(&t->comm, t->be, err);
-    }
-    t->be = mc_backend_cpu_create();
-    if (t->cfg.precision.bf16)
-        mc_log_info("note: --bf16: the CPU backend trains in fp32 (bf16 applies on the CUDA backend)");
-    if (t->cfg.precision.fp16)
-        mc_log_info("note: --fp16: the CPU backend trains in fp32 (fp16 applies on the CUDA backend); loss scaling "
-                    "and skipping overflowed steps still run");
-    return MC_OK;
-}
 
 static void plan_batch_buffers(mc_trainer *t, mc_arena *a) {
     int64_t S = t->cfg.model.seq_length, B = t->cfg.train.micro_batch_size, N = S * B;
@@ -235,13 +215,11 @@ static int setup(mc_trainer *t, mc_err *err) {
     t->num_microbatches = mc_config_num_microbatches(cfg, t->dp);
     t->train_iters = cfg->train.train_iters > 0 ? cfg->train.train_iters
                                                 : cfg->train.train_samples / cfg->train.global_batch_size;
-    MC_TRY(pick_backend(t, err));
+    MC_TRY(mc_backend_from_config(cfg, &t->comm, &t->be, err));
 
     MC_TRY(open_data(t, err));
 
-    mc_dtype pdt = MC_F32, adt = MC_F32;
-    if (t->be->device == MC_DEVICE_CUDA && cfg->precision.bf16) pdt = adt = MC_BF16;
-    if (t->be->device == MC_DEVICE_CUDA && cfg->precision.fp16) pdt = adt = MC_F16;
+    const mc_dtype pdt = mc_model_dtype_from_config(cfg, t->be), adt = pdt;
     mc_model_layout layout = mc_ddp_layout(cfg, t->comm.dp_cp.size);
     mc_model_options mo = mc_model_options_from_config(cfg, t->dp, pdt, MC_F32, adt, cfg->train.micro_batch_size, &layout);
     MC_TRY(mc_model_plan(&t->model, &mo, t->be, &t->comm, err));
@@ -524,187 +502,4 @@ int mc_trainer_evaluate(mc_trainer *t, int split, int64_t iters, double *loss_ou
     if (split == MC_SPLIT_VALID) t->consumed_valid_samples += iters * gbs;
     *loss_out = pair[1] > 0 ? pair[0] / pair[1] : 0.0;
     return MC_OK;
-}
-
-/* ---- generation ---- */
-
-typedef struct scored {
-    float logit;
-    int32_t id;
-} scored;
-
-static int by_logit_desc(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    return x->logit > y->logit ? -1 : x->logit < y->logit ? 1 : x->id - y->id;
-}
-
-/* The next token from a full row of logits (ids < vocab): greedy at temperature 0, else a
- * draw (uniform u) from the tempered softmax cut to top_k and top_p. */
-static int32_t pick_token(const float *logits, int vocab, const mc_log_config *o, float u, scored *tmp) {
-    if (o->sample_temperature <= 0) {
-        int32_t best = 0;
-        for (int32_t j = 1; j < vocab; j++)
-            if (logits[j] > logits[best]) best = j; /* the lowest id among equals */
-        return best;
-    }
-    for (int32_t j = 0; j < vocab; j++) tmp[j] = (scored){.logit = logits[j], .id = j};
-    qsort(tmp, (size_t)vocab, sizeof *tmp, by_logit_desc);
-    int keep = o->sample_top_k > 0 && o->sample_top_k < vocab ? o->sample_top_k : vocab;
-    double total = 0;
-    double *p = mc_xmalloc(sizeof(double) * (size_t)keep);
-    for (int i = 0; i < keep; i++) total += p[i] = exp(((double)tmp[i].logit - tmp[0].logit) / o->sample_temperature);
-    double mass = 0;
-    int n = 0;
-    while (n < keep && (n == 0 || mass < o->sample_top_p * total)) mass += p[n++]; /* the top-p nucleus */
-    double x = u * mass, acc = 0;
-    int32_t id = tmp[n - 1].id;
-    for (int i = 0; i < n; i++) {
-        acc += p[i];
-        if (x < acc) {
-            id = tmp[i].id;
-            break;
-        }
-    }
-    free(p);
-    return id;
-}
-
-/* The choice of the next token from row `row` (t * batch + b) of the last forward: greedy
- * (the argmax over the full vocabulary, mc_model_argmax_at) or drawn: that row's logits
- * (this rank's vocabulary shard) gathered into a full row over tensor parallelism, then
- * pick_token with draw i's uniform of the "sample" stream, so every rank draws alike. */
-typedef struct chooser {
-    bool draw;
-    float *local, *row;
-    scored *tmp;
-    mc_backend *host;
-    uint64_t stream;
-} chooser;
-
-static chooser chooser_new(const mc_trainer *t, bool draw) {
-    chooser c = {.draw = draw, .stream = mc_stream_of_name("sample")};
-    if (!draw) return c;
-    c.local = mc_xmalloc(sizeof(float) * (size_t)t->model.vocab_local);
-    c.row = mc_xmalloc(sizeof(float) * (size_t)t->model.padded_vocab);
-    c.tmp = mc_xmalloc(sizeof(scored) * (size_t)t->model.padded_vocab);
-    c.host = mc_backend_cpu_create();
-    return c;
-}
-
-static void chooser_free(chooser *c) {
-    if (c->host) c->host->destroy(c->host);
-    free(c->local);
-    free(c->row);
-    free(c->tmp);
-}
-
-static int32_t choose(chooser *c, mc_trainer *t, const mc_microbatch *mb, int64_t row, int i) {
-    if (!c->draw) return mc_model_argmax_at(&t->model, mb, row, 0);
-    mc_model_row_logits(&t->model, row, c->local);
-    mc_tensor in = mc_tensor_1d(c->local, MC_F32, t->model.vocab_local),
-              all = mc_tensor_1d(c->row, MC_F32, t->model.padded_vocab);
-    mc_comm_all_gather(&t->comm.tp, c->host, &all, &in);
-    float u = mc_philox_uniform(t->cfg.train.seed, c->stream, (uint64_t)i);
-    return pick_token(c->row, t->cfg.model.vocab_size, &t->cfg.log, u, c->tmp);
-}
-
-/* The continuation of `prompt` by `n` tokens, each from the forward pass over the window of
- * the last S tokens; greedy or drawn (pick_token). */
-static int continue_prompt(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
-                           mc_err *err) {
-    int64_t S = t->cfg.model.seq_length;
-    mc_trainer_finish(t);
-    if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
-    int32_t *ctx = mc_xcalloc((size_t)S, sizeof(int32_t));
-    int32_t *pos = mc_xmalloc((size_t)S * sizeof(int32_t));
-    for (int64_t s = 0; s < S; s++) pos[s] = (int32_t)s;
-    /* Keep the last S tokens of the prompt. */
-    int len = prompt_len < S ? prompt_len : (int)S;
-    memcpy(ctx, prompt + (prompt_len - len), (size_t)len * sizeof(int32_t));
-    mc_backend *be = t->be;
-    mc_microbatch mb = t->mb;
-    t->mb_stale = true; /* its buffers are written below */
-    mb.batch = 1;
-    mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = S;
-    mb.seg_start = mc_tensor_none();
-    be->copy_h2d(be, mb.pos.data, pos, (size_t)S * 4);
-    chooser c = chooser_new(t, draw);
-    for (int i = 0; i < n; i++) {
-        if (len == S) { /* a full window: slide by one */
-            memmove(ctx, ctx + 1, (size_t)(S - 1) * sizeof(int32_t));
-            len--;
-        }
-        be->copy_h2d(be, mb.tokens.data, ctx, (size_t)S * 4);
-        mc_model_forward_only(&t->model, &mb);
-        out[i] = choose(&c, t, &mb, len - 1, i);
-        ctx[len++] = out[i];
-    }
-    chooser_free(&c);
-    free(ctx);
-    free(pos);
-    return MC_OK;
-}
-
-/* The same continuation through the key/value cache: the prompt in one cached forward
- * (prefill), then one token a forward (decode), each attending over the cache. */
-static int continue_cached(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, bool draw, int32_t *out,
-                           int *produced, bool (*on_token)(void *, int32_t), void *ctx, mc_err *err) {
-    mc_trainer_finish(t);
-    const int64_t S = t->cfg.model.seq_length, cap = (int64_t)prompt_len + n;
-    const int64_t P = t->cfg.model.max_position_embeddings > 0 ? t->cfg.model.max_position_embeddings : S;
-    if (prompt_len < 1) return mc_err_set(err, "generate: the prompt is empty");
-    if (prompt_len > S)
-        return mc_err_set(err, "generate: the prompt's %d tokens exceed the sequence length %lld", prompt_len,
-                          (long long)S);
-    if (cap > P)
-        return mc_err_set(err, "generate: %d prompt and %d new tokens exceed the model's %lld positions", prompt_len, n,
-                          (long long)P);
-    if (t->model.sp) return mc_err_set(err, "generate: the key/value cache runs without --sequence-parallel");
-    mc_backend *be = t->be;
-    mc_kv_cache cache;
-    mc_kv_cache_alloc(&t->model, &cache, cap, 1);
-    mc_microbatch mb = t->mb;
-    t->mb_stale = true; /* its buffers are written below */
-    mb.batch = 1;
-    mb.seg_start = mc_tensor_none();
-    int32_t *pos = mc_xmalloc(sizeof(int32_t) * (size_t)prompt_len);
-    for (int i = 0; i < prompt_len; i++) pos[i] = i;
-    chooser ch = chooser_new(t, draw);
-    const int32_t *feed = prompt;
-    int64_t count = prompt_len, at = 0;
-    for (int i = 0; i < n; i++) {
-        mb.seq = count;
-        mb.tokens.shape[0] = mb.pos.shape[0] = mb.labels.shape[0] = mb.loss_mask.shape[0] = count;
-        be->copy_h2d(be, mb.tokens.data, feed, (size_t)count * 4);
-        be->copy_h2d(be, mb.pos.data, pos, (size_t)count * 4);
-        mc_model_forward_cached(&t->model, &mb, &cache, at);
-        const int32_t next = choose(&ch, t, &mb, count - 1, i);
-        out[i] = next;
-        *produced = i + 1;
-        if (on_token && !on_token(ctx, next)) break;
-        at += count; /* the next token goes at position `at` */
-        pos[0] = (int32_t)at;
-        feed = &out[i];
-        count = 1;
-    }
-    chooser_free(&ch);
-    free(pos);
-    mc_kv_cache_free(&t->model, &cache);
-    return MC_OK;
-}
-
-int mc_trainer_sample_stream(mc_trainer *t, const int32_t *prompt, int prompt_len, int n,
-                             bool (*on_token)(void *ctx, int32_t token), void *ctx, int32_t *out, int *produced,
-                             mc_err *err) {
-    *produced = 0;
-    return continue_cached(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, produced, on_token, ctx,
-                           err);
-}
-
-int mc_trainer_generate(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
-    return continue_prompt(t, prompt, prompt_len, n, false, out, err);
-}
-
-int mc_trainer_sample(mc_trainer *t, const int32_t *prompt, int prompt_len, int n, int32_t *out, mc_err *err) {
-    return continue_prompt(t, prompt, prompt_len, n, t->cfg.log.sample_temperature > 0, out, err);
 }

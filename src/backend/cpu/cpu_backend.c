@@ -227,6 +227,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->attention_fwd = mc_cpu_attention_fwd;
     be->attention_bwd = mc_cpu_attention_bwd;
     be->attention_kv_fwd = mc_cpu_attention_kv_fwd;
+    be->argmax_rows = mc_cpu_argmax_rows;
     be->dropout_fwd = mc_cpu_dropout_fwd;
     be->dropout_bwd = mc_cpu_dropout_bwd;
     be->dropout_add_fwd = mc_cpu_dropout_add_fwd;

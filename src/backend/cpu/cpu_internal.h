@@ -128,8 +128,10 @@ void mc_cpu_swiglu_bwd(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tenso
 /* attention.c */
 void mc_cpu_attention_fwd(mc_backend *, mc_tensor *out, mc_tensor *lse, const mc_tensor *qkv, const mc_attn_desc *d);
 /* attention_kv.c (head_dim <= 512) */
-void mc_cpu_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
-                             const mc_attn_desc *d);
+void mc_cpu_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
+                             const mc_tensor *pos, const mc_attn_desc *d);
+/* argmax.c */
+void mc_cpu_argmax_rows(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
 void mc_cpu_attention_bwd(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 /* dropout.c */

@@ -26,6 +26,10 @@ static void report_device_errors(mc_cuda_state *st, const char *op) {
     if (code == MC_CUDA_DEVERR_ROPE_POS)
         mc_assert_fail("position in table", __FILE__, __LINE__,
                        "cuda rope (seen at %s): position %d of token %d is outside the table [0, %d)", op, b, a, c);
+    if (code == MC_CUDA_DEVERR_KV_POS)
+        mc_assert_fail("position in cache", __FILE__, __LINE__,
+                       "cuda attention_kv_fwd (seen at %s): position %d of token %d is outside the cache [0, %d)", op,
+                       b, a, c);
     mc_assert_fail("device error", __FILE__, __LINE__, "cuda (seen at %s): device error code %d (%d, %d, %d)", op, code,
                    a, b, c);
 }
@@ -423,6 +427,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->attention_fwd = mc_cuda_attention_fwd;
     be->attention_bwd = mc_cuda_attention_bwd;
     be->attention_kv_fwd = mc_cuda_attention_kv_fwd;
+    be->argmax_rows = mc_cuda_argmax_rows;
     be->dropout_fwd = mc_cuda_dropout_fwd;
     be->dropout_bwd = mc_cuda_dropout_bwd;
     be->dropout_add_fwd = mc_cuda_dropout_add_fwd;

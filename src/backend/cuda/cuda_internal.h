@@ -58,6 +58,7 @@
 enum {
     MC_CUDA_DEVERR_NONE = 0,
     MC_CUDA_DEVERR_ROPE_POS = 1, /* a = token, b = position, c = table rows */
+    MC_CUDA_DEVERR_KV_POS = 2,   /* attention_kv_fwd: a = token, b = position, c = cache positions */
 };
 
 /* ---- backend state ---- */
@@ -197,8 +198,10 @@ constexpr mc_dtype mc_dtype_of() {
 }
 /* attention_kv.cu */
 bool mc_cuda_attention_kv_supports(const mc_op_sizes *s, mc_op_refusal *why);
-void mc_cuda_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv, int64_t pos0,
-                              const mc_attn_desc *d);
+void mc_cuda_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
+                              const mc_tensor *pos, const mc_attn_desc *d);
+/* argmax.cu */
+void mc_cuda_argmax_rows(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
 /* ---- op entry points (the vtable's functions) ---- */
 /* gemm.cu */
 void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,

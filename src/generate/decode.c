@@ -1,0 +1,167 @@
+/* decode.c: generation's forwards and token choices over a model (decode.h). */
+#include "generate/decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/ops.h"
+
+static size_t act_size(const mc_model *m) { return mc_dtype_size(m->act_dtype); }
+
+void mc_decoder_bytes(const mc_model *m, int slots, int64_t cap, size_t *device, size_t *host) {
+    const size_t io = (size_t)m->max_tokens * 2 * sizeof(int32_t), ids = (size_t)slots * sizeof(int32_t);
+    const size_t gathered = m->tp > 1 ? (size_t)slots * (size_t)m->padded_vocab * act_size(m) : 0;
+    *device = (cap > 0 ? mc_kv_cache_bytes(m, cap, slots) : 0) + io + gathered + ids;
+    *host = io + ids + (size_t)slots * (size_t)m->padded_vocab * act_size(m) +
+            (size_t)m->padded_vocab * (sizeof(float) + sizeof(mc_gen_scored));
+}
+
+void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap) {
+    MC_ASSERT(slots >= 1 && slots <= m->head_chunk, "a decoder of %d slots over logits of %lld rows", slots,
+              (long long)m->head_chunk);
+    mc_backend *be = m->be;
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->be = be;
+    d->slots = slots;
+    if (cap > 0) mc_kv_cache_alloc(m, &d->cache, cap, slots);
+    const int64_t T = m->max_tokens;
+    d->mb = (mc_microbatch){.tokens = mc_tensor_1d(be->alloc(be, (size_t)T * 4), MC_I32, T),
+                            .pos = mc_tensor_1d(be->alloc(be, (size_t)T * 4), MC_I32, T),
+                            .labels = mc_tensor_none(),
+                            .loss_mask = mc_tensor_none(),
+                            .seg_start = mc_tensor_none()};
+    d->host_tokens = be->host_alloc(be, (size_t)T * 4);
+    d->host_pos = be->host_alloc(be, (size_t)T * 4);
+    if (m->tp > 1) {
+        const int64_t rows = (int64_t)m->tp * slots;
+        d->gathered = mc_tensor_2d(be->alloc(be, (size_t)(rows * m->vocab_local) * act_size(m)), m->act_dtype, rows,
+                                   m->vocab_local);
+    }
+    d->ids = mc_tensor_1d(be->alloc(be, (size_t)slots * 4), MC_I32, slots);
+    d->host_ids = be->host_alloc(be, (size_t)slots * 4);
+    d->host_logits = be->host_alloc(be, (size_t)slots * (size_t)m->padded_vocab * act_size(m));
+    d->row = mc_xmalloc(sizeof(float) * (size_t)m->padded_vocab);
+    d->tmp = mc_xmalloc(sizeof(mc_gen_scored) * (size_t)m->padded_vocab);
+}
+
+void mc_decoder_free(mc_decoder *d) {
+    if (!d->m) return;
+    mc_backend *be = d->be;
+    if (d->cache.buf) mc_kv_cache_free(d->m, &d->cache);
+    be->free(be, d->mb.tokens.data);
+    be->free(be, d->mb.pos.data);
+    if (mc_tensor_present(&d->gathered)) be->free(be, d->gathered.data);
+    be->free(be, d->ids.data);
+    be->host_free(be, d->host_tokens);
+    be->host_free(be, d->host_pos);
+    be->host_free(be, d->host_ids);
+    be->host_free(be, d->host_logits);
+    free(d->row);
+    free(d->tmp);
+    memset(d, 0, sizeof *d);
+}
+
+/* The forward's [seq, batch] tokens and positions, from the host mirrors, queued: the
+ * mirrors are page-locked and not written again before the choice waits for the device. */
+static void upload(mc_decoder *d, int64_t seq, int64_t batch) {
+    mc_backend *be = d->be;
+    const int64_t n = seq * batch;
+    d->mb.seq = seq;
+    d->mb.batch = batch;
+    d->mb.tokens.shape[0] = d->mb.pos.shape[0] = n;
+    be->copy_h2d_async(be, d->mb.tokens.data, d->host_tokens, (size_t)n * 4);
+    be->copy_h2d_async(be, d->mb.pos.data, d->host_pos, (size_t)n * 4);
+}
+
+void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n) {
+    MC_ASSERT(d->cache.buf && slot >= 0 && slot < d->slots && n >= 1 && n <= d->m->seq && n <= d->cache.cap,
+              "prefill of %d tokens into slot %d of %d (cache of %lld positions)", n, slot, d->slots,
+              (long long)d->cache.cap);
+    memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) d->host_pos[i] = i;
+    upload(d, n, 1);
+    mc_model_forward_cached(d->m, &d->mb, &d->cache, slot);
+}
+
+void mc_decoder_step(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos) {
+    MC_ASSERT(d->cache.buf && n >= 1 && n <= d->slots, "a decode step over %d slots of %d", n, d->slots);
+    memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
+    memcpy(d->host_pos, pos, sizeof(int32_t) * (size_t)n);
+    upload(d, 1, n);
+    mc_model_forward_cached(d->m, &d->mb, &d->cache, 0);
+}
+
+void mc_decoder_window(mc_decoder *d, const int32_t *ctx, int len) {
+    const int64_t W = d->m->seq;
+    MC_ASSERT(len >= 1 && len <= W, "a window of %d tokens, the model's is %lld", len, (long long)W);
+    memcpy(d->host_tokens, ctx, sizeof(int32_t) * (size_t)len);
+    memset(d->host_tokens + len, 0, sizeof(int32_t) * (size_t)(W - len));
+    for (int64_t s = 0; s < W; s++) d->host_pos[s] = (int32_t)s;
+    upload(d, W, 1);
+    mc_model_forward_only(d->m, &d->mb);
+}
+
+/* Element i of host logits of dtype dt, widened. */
+static float widened(const char *host, mc_dtype dt, int64_t i) {
+    switch (dt) {
+    case MC_F64: return (float)((const double *)host)[i];
+    case MC_F32: return ((const float *)host)[i];
+    case MC_BF16: return mc_bf16_to_f32(((const uint16_t *)host)[i]);
+    default: return mc_f16_to_f32(((const uint16_t *)host)[i]); /* MC_F16 */
+    }
+}
+
+void mc_decoder_choose(mc_decoder *d, int64_t row0, int n, const mc_gen_params *const *params, const uint64_t *index,
+                       int32_t *out) {
+    mc_model *m = d->m;
+    mc_backend *be = d->be;
+    MC_ASSERT(n >= 1 && n <= d->slots, "a choice of %d rows, %d slots", n, d->slots);
+    mc_tensor local = mc_model_head_logits(m, row0, n), x = local; /* [n, vocab_local] this rank's shard */
+    if (m->tp > 1) { /* every rank all the rows' logits: [tp x n, vocab_local] */
+        x = mc_tensor_rows(&d->gathered, 0, (int64_t)m->tp * n);
+        mc_comm_all_gather(&m->comm->tp, be, &x, &local);
+    }
+    mc_tensor ids = mc_tensor_1d(d->ids.data, MC_I32, n);
+    mc_op_argmax_rows(be, &ids, &x, m->cfg.vocab_size);
+    bool draws = false;
+    for (int i = 0; i < n; i++) draws = draws || (params[i] && params[i]->temperature > 0);
+    if (draws) be->copy_d2h_async(be, d->host_logits, x.data, mc_tensor_bytes(&x));
+    be->copy_d2h(be, d->host_ids, ids.data, (size_t)n * 4); /* the one wait of a greedy step */
+    const int64_t V = m->vocab_local;
+    const int vocab = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        if (!params[i]) continue;
+        if (params[i]->temperature <= 0) {
+            out[i] = d->host_ids[i];
+            continue;
+        }
+        for (int r = 0; r < m->tp; r++) /* row i of each shard: ids [r V, (r + 1) V) */
+            for (int64_t j = 0; j < V && r * V + j < vocab; j++)
+                d->row[r * V + j] = widened(d->host_logits, m->act_dtype, ((int64_t)r * n + i) * V + j);
+        out[i] = mc_gen_pick(d->row, vocab, params[i], index[i], d->tmp);
+    }
+}
+
+int mc_decoder_continue_window(mc_decoder *d, const int32_t *prompt, int prompt_len, int n, const mc_gen_params *p,
+                               int32_t *out, bool (*keep)(void *ctx, int32_t token), void *ctx) {
+    const int W = (int)d->m->seq;
+    int32_t *win = mc_xmalloc(sizeof(int32_t) * (size_t)W);
+    int len = prompt_len < W ? prompt_len : W; /* the prompt's last W tokens */
+    memcpy(win, prompt + (prompt_len - len), sizeof(int32_t) * (size_t)len);
+    int made = 0;
+    while (made < n) {
+        if (len == W) { /* a full window: slide by one */
+            memmove(win, win + 1, sizeof(int32_t) * (size_t)(W - 1));
+            len--;
+        }
+        mc_decoder_window(d, win, len);
+        const uint64_t index = (uint64_t)made;
+        mc_decoder_choose(d, len - 1, 1, &p, &index, &out[made]);
+        const int32_t token = out[made++];
+        win[len++] = token;
+        if (keep && !keep(ctx, token)) break;
+    }
+    free(win);
+    return made;
+}
