@@ -14,7 +14,8 @@
  * - Dtypes: the CPU backend computes in F32, and in F64 for gradient checks; the CUDA
  *   backend in F32, BF16 and F16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
  *   tables and masks are F32, or F64 when the activations are F64. Weight gradients are
- *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32.
+ *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32 (a
+ *   split master's low halves U16).
  *   Token ids and positions are I32.
  * - Ops are asynchronous with respect to the host on devices; sync() waits.
  * - Callers go through the op layer (tensor/ops.h), which checks every operand against
