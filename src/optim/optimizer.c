@@ -58,7 +58,7 @@ int mc_optimizer_plan(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err
     }
     o->state_numel = state_base;
     /* Plain with F32 parameters, the master is the model's own buffer; with BF16 ones it is
-     * split unless the config says otherwise (param_lo marks it, once allocated). */
+     * split unless the config says otherwise. */
     o->split_master = m->param_dtype == MC_BF16 && cfg->optim.store_param_remainders;
     o->owns_master = (o->sharded || m->param_dtype != MC_F32) && !o->split_master;
     MC_ASSERT(o->owns_master || o->split_master || o->state_numel == m->numel);

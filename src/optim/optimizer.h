@@ -16,7 +16,8 @@
  * other shards.
  *
  * Bytes a parameter of state (this rank's share of it when distributed): exp_avg and
- * exp_avg_sq 8, plus the master 4 (an F32 copy), 2 (split) or 0 (F32 parameters). */
+ * exp_avg_sq 8, plus the master 4 (an F32 copy), 2 (split) or 0 (plain with F32
+ * parameters, which are the master). */
 #ifndef MC_OPTIM_OPTIMIZER_H
 #define MC_OPTIM_OPTIMIZER_H
 
