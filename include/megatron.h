@@ -90,6 +90,10 @@ typedef struct mc_optim_config {
     int weight_decay_incr_style;                /* 0 constant, 1 linear, 2 cosine */
     float adam_beta1, adam_beta2, adam_eps;
     float clip_grad;                            /* 0: no clipping */
+    /* With BF16 parameters, keep the fp32 master as the BF16 parameters plus their 16-bit
+     * remainders (Megatron-Core's store_param_remainders; default on): 2 bytes a parameter
+     * instead of 4, the master's values exactly. false: a separate fp32 master. */
+    bool store_param_remainders;
 } mc_optim_config;
 
 typedef struct mc_train_config {

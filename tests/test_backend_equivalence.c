@@ -9,7 +9,8 @@
  * Also: determinism (two CUDA runs bitwise equal) of embedding_bwd, the norm backwards,
  * attention_bwd (with and without its dbias), adamw, linear_dgelu_bwd, linear_bwd's bias gradient and xent_fused;
  * init_normal against the CPU's values (within one float ulp); exact fill/convert;
- * sumsq/sumsq_segments/count_zeros.
+ * sumsq/sumsq_segments/count_zeros; adamw on the split master (param_lo) bit for bit as on
+ * the F32 master, and master_join/master_split bit for bit as the CPU's.
  *
  * Exits 77 (skipped) when no CUDA device is visible or the build has no CUDA backend.
  * MC_CUDA_DEBUG_SYNC=1 makes the backend synchronize after every kernel, so a faulting
@@ -1459,10 +1460,155 @@ static void adamw_case(mc_dtype copy_dt) {
     release_all();
 }
 
-/* The parameter copy in BF16 (--bf16) and in F16 (--fp16). */
+static uint32_t f32_bits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* The split master (param_lo, --bf16's default): on the GPU, the F32 master's kernel bit for
+ * bit (the joined master and the moments; the BF16 halves its mc_master_hi), and the CPU's
+ * split AdamW. Segments on the vector path and off it (offsets not multiples of 4), every
+ * fifth master starting on a tie, steps clipped on the device and one skipped. */
+static void adamw_split_case(void) {
+    int64_t n = 12000, ns = 10000;
+    mc_adamw_segment segs[] = {
+        {.offset = 0, .count = 100, .grad_offset = 2000, .weight_decay = 0.1f},
+        {.offset = 100, .count = 4899, .grad_offset = 2101, .weight_decay = 0.0f}, /* grad side unaligned */
+        {.offset = 5000, .count = 3, .grad_offset = 7001, .weight_decay = 0.1f},
+        {.offset = 6001, .count = 3999, .grad_offset = 8001, .weight_decay = 0.05f}, /* both unaligned */
+        {.offset = 4999, .count = 1, .grad_offset = 7000, .weight_decay = 0.0f},
+        {.offset = 5004, .count = 996, .grad_offset = 7004, .weight_decay = 0.1f}, /* aligned, a tail of 0 */
+    };
+    int nseg = (int)(sizeof segs / sizeof segs[0]);
+    int64_t *state_of = halloc(sizeof(int64_t) * n);
+    for (int64_t i = 0; i < n; i++) state_of[i] = -1;
+    for (int s = 0; s < nseg; s++)
+        for (int64_t j = 0; j < segs[s].count; j++) state_of[segs[s].grad_offset + j] = segs[s].offset + j;
+    float *p0 = rnd(ns, 1.0f), *m0 = rnd(ns, 0.01f), *v0 = rnd(ns, 0.001f);
+    uint16_t *hi0 = halloc((size_t)n * 2), *lo0 = halloc((size_t)ns * 2);
+    for (int64_t i = 0; i < ns; i++) {
+        v0[i] = fabsf(v0[i]);
+        uint32_t b = f32_bits(p0[i]);
+        if (i % 5 == 0) b = (b & 0xffff0000u) | 0x8000u;
+        memcpy(&p0[i], &b, 4);
+        lo0[i] = (uint16_t)b;
+    }
+    for (int64_t i = 0; i < n; i++) hi0[i] = state_of[i] >= 0 ? mc_master_hi(f32_bits(p0[state_of[i]])) : 0x1234;
+    /* [0]: the F32 master with a BF16 copy, [1]: split, on the GPU; cpu: split */
+    float *gp = balloc(gpu, ns * 4), *gm[2], *gv[2], *gg = balloc(gpu, n * 4);
+    uint16_t *gh = balloc(gpu, n * 2), *gl = balloc(gpu, ns * 2), *ch = halloc((size_t)n * 2), *cl = halloc((size_t)ns * 2);
+    mc_tensor gcopy = mk1(gpu, BF16, NULL, n);
+    upload(gpu, gp, F32, p0, ns);
+    gpu->copy_h2d(gpu, gh, hi0, (size_t)n * 2);
+    gpu->copy_h2d(gpu, gl, lo0, (size_t)ns * 2);
+    memcpy(ch, hi0, (size_t)n * 2);
+    memcpy(cl, lo0, (size_t)ns * 2);
+    for (int r = 0; r < 2; r++) {
+        gm[r] = balloc(gpu, ns * 4), gv[r] = balloc(gpu, ns * 4);
+        upload(gpu, gm[r], F32, m0, ns);
+        upload(gpu, gv[r], F32, v0, ns);
+    }
+    float *cm = fcopy(m0, ns), *cv = fcopy(v0, ns);
+    double *gsum = balloc(gpu, sizeof(double));
+    for (int step = 1; step <= 4; step++) {
+        float *grad = rnd(n, 1.0f);
+        double sumsq = step == 2 ? 400.0 : INFINITY;
+        mc_adamw_desc d = {.grad = grad, .exp_avg = cm, .exp_avg_sq = cv, .param_copy = mc_tensor_1d(ch, BF16, n),
+                           .param_lo = cl, .segments = segs, .nsegments = nseg, .lr = 1e-3f * (float)step,
+                           .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = step,
+                           .state_numel = ns, .grad_numel = n};
+        if (step % 2 == 0) d.grad_sumsq = &sumsq, d.loss_scale = 2.0, d.clip_grad = 1.0;
+        mc_op_adamw(cpu, &d);
+        upload(gpu, gg, F32, grad, n);
+        gpu->copy_h2d(gpu, gsum, &sumsq, sizeof sumsq);
+        mc_adamw_desc g = d;
+        g.grad = gg, g.grad_sumsq = d.grad_sumsq ? gsum : NULL;
+        g.param = gp, g.param_lo = NULL, g.param_copy = gcopy, g.exp_avg = gm[0], g.exp_avg_sq = gv[0];
+        mc_op_adamw(gpu, &g);
+        g.param = NULL, g.param_lo = gl, g.param_copy = mc_tensor_1d(gh, BF16, n), g.exp_avg = gm[1], g.exp_avg_sq = gv[1];
+        mc_op_adamw(gpu, &g);
+    }
+    float *rp = dl_raw(gpu, gp, ns * 4);
+    uint16_t *rh = dl_raw(gpu, gh, n * 2), *rl = dl_raw(gpu, gl, ns * 2);
+    int64_t master_bad = 0, hi_bad = 0, cpu_diff = 0, ties = 0;
+    float *joined = halloc((size_t)ns * 4), *cjoined = halloc((size_t)ns * 4);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = state_of[i];
+        if (s < 0) {
+            hi_bad += rh[i] != 0x1234;
+            continue;
+        }
+        uint32_t want = f32_bits(rp[s]), got = mc_master_join(rh[i], rl[s]), cgot = mc_master_join(ch[i], cl[s]);
+        master_bad += got != want;
+        hi_bad += rh[i] != mc_master_hi(want);
+        cpu_diff += cgot != got;
+        ties += (want & 0xffffu) == 0x8000u;
+        memcpy(&joined[s], &got, 4);
+        memcpy(&cjoined[s], &cgot, 4);
+    }
+    printf("  %-52s      %lld of %lld differ from the F32 master's kernel (%lld ties)\n", "adamw split master (joined)",
+           (long long)master_bad, (long long)ns, (long long)ties);
+    CHECK(master_bad == 0 && hi_bad == 0, "adamw split: %lld masters and %lld BF16 halves wrong", (long long)master_bad,
+          (long long)hi_bad);
+    same_bits("adamw split exp_avg vs the F32 master's", dl_raw(gpu, gm[1], ns * 4), dl_raw(gpu, gm[0], ns * 4), ns * 4);
+    same_bits("adamw split exp_avg_sq vs the F32 master's", dl_raw(gpu, gv[1], ns * 4), dl_raw(gpu, gv[0], ns * 4), ns * 4);
+    cmp("adamw split master vs the CPU's", F32, joined, cjoined, ns);
+    printf("  %-52s      %lld of %lld differ bitwise from the CPU\n", "adamw split master bits", (long long)cpu_diff,
+           (long long)ns);
+    release_all();
+}
+
+/* The parameter copy in BF16 (--bf16) and in F16 (--fp16), and the split master. */
 static void test_adamw(void) {
     adamw_case(BF16);
     adamw_case(F16);
+    adamw_split_case();
+}
+
+/* master_join and master_split on random bit patterns (exact ties, infinities, NaNs) over
+ * segments on and off 4-element boundaries: the CPU's results bit for bit. */
+static void test_master_split(void) {
+    int64_t n = 300000, ns = 250000;
+    mc_adamw_segment segs[] = {{.offset = 0, .count = 100000, .grad_offset = 20000},
+                               {.offset = 100001, .count = 7, .grad_offset = 150003},
+                               {.offset = 100010, .count = 0, .grad_offset = 150010},
+                               {.offset = 100013, .count = 149987, .grad_offset = 150013}};
+    int nseg = (int)(sizeof segs / sizeof segs[0]);
+    uint32_t *m = halloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)rng_next();
+        if (i % 3 == 0) b = (b & 0xffff0000u) | 0x8000u;
+        m[i] = b;
+    }
+    uint16_t *sent16 = halloc((size_t)n * 2);
+    uint32_t *sent32 = halloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) sent16[i] = 0xabcd, sent32[i] = 0x7fbadbadu;
+    mc_tensor cm = mc_tensor_1d(m, F32, n), ch = mc_tensor_1d(halloc((size_t)n * 2), BF16, n);
+    mc_tensor cl = mc_tensor_1d(halloc((size_t)ns * 2), MC_U16, ns), cj = mc_tensor_1d(halloc((size_t)n * 4), F32, n);
+    mc_tensor gm = mc_tensor_1d(balloc(gpu, n * 4), F32, n), gh = mc_tensor_1d(balloc(gpu, n * 2), BF16, n);
+    mc_tensor gl = mc_tensor_1d(balloc(gpu, ns * 2), MC_U16, ns), gj = mc_tensor_1d(balloc(gpu, n * 4), F32, n);
+    memcpy(ch.data, sent16, (size_t)n * 2), memcpy(cl.data, sent16, (size_t)ns * 2), memcpy(cj.data, sent32, (size_t)n * 4);
+    gpu->copy_h2d(gpu, gm.data, m, (size_t)n * 4);
+    gpu->copy_h2d(gpu, gh.data, sent16, (size_t)n * 2);
+    gpu->copy_h2d(gpu, gl.data, sent16, (size_t)ns * 2);
+    gpu->copy_h2d(gpu, gj.data, sent32, (size_t)n * 4);
+    mc_op_master_split(cpu, &ch, &cl, &cm, segs, nseg);
+    mc_op_master_join(cpu, &cj, &ch, &cl, segs, nseg);
+    mc_op_master_split(gpu, &gh, &gl, &gm, segs, nseg);
+    mc_op_master_join(gpu, &gj, &gh, &gl, segs, nseg);
+    bool eq = memcmp(dl_raw(gpu, gh.data, n * 2), ch.data, n * 2) == 0 &&
+              memcmp(dl_raw(gpu, gl.data, ns * 2), cl.data, ns * 2) == 0;
+    printf("  %-52s      %s\n", "master_split (BF16 halves, low halves) vs CPU", eq ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(eq, "master_split: the GPU's halves differ from the CPU's");
+    eq = memcmp(dl_raw(gpu, gj.data, n * 4), cj.data, n * 4) == 0;
+    printf("  %-52s      %s\n", "master_join vs CPU", eq ? "bitwise equal" : "DIFFER  <-- FAIL");
+    CHECK(eq, "master_join: the GPU's masters differ from the CPU's");
+    int64_t lost = 0;
+    for (int s = 0; s < nseg; s++)
+        lost += memcmp((uint32_t *)cj.data + segs[s].grad_offset, m + segs[s].grad_offset, (size_t)segs[s].count * 4) != 0;
+    CHECK(lost == 0, "master_join(master_split) lost bits in %lld segments", (long long)lost);
+    release_all();
 }
 
 static void test_reductions(void) {
@@ -1775,6 +1921,7 @@ int main(void) {
     RUN_SELECTED(test_attention_kv);
     RUN_SELECTED(test_argmax_rows);
     RUN_SELECTED(test_adamw);
+    RUN_SELECTED(test_master_split);
     RUN_SELECTED(test_reductions);
     const char *bench = getenv("MC_TEST_BENCH");
     if (bench && bench[0] && strcmp(bench, "0") != 0) {

@@ -5,7 +5,7 @@
  * always, and with a GPU on the CUDA backend too, whose lines must be the CPU's word for
  * word; and each backend's own size limit (mc_backend.supports) refused in the same
  * format. Operands are host memory on both: a call that fails its checks never reaches the
- * backend. */
+ * backend. Some ops have more cases: adamw's split master (d.param_lo). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,6 +356,40 @@ static void adamw_dtype(mc_backend *be) {
     d.param_copy = t1(I32, 120);
     mc_op_adamw(be, &d);
 }
+/* The split master (d.param_lo) takes no d.param, and a BF16 d.param_copy. */
+static void adamw_split_param(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 0, .count = 50, .grad_offset = 10}};
+    mc_adamw_desc d = adamw_desc(segs, 1);
+    d.param_lo = mem(100);
+    mc_op_adamw(be, &d);
+}
+static void adamw_split_copy(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 0, .count = 50, .grad_offset = 10}};
+    mc_adamw_desc d = adamw_desc(segs, 1);
+    d.param = NULL, d.param_lo = mem(100), d.param_copy = t1(F16, 120);
+    mc_op_adamw(be, &d);
+}
+/* The split master's join and split over lo of 100 elements, master and copy of 120. */
+static void master_join_shape(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 90, .count = 20, .grad_offset = 0}};
+    mc_tensor master = t1(F32, 120), copy = t1(MC_BF16, 120), lo = t1(MC_U16, 100);
+    mc_op_master_join(be, &master, &copy, &lo, segs, 1);
+}
+static void master_join_dtype(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 0, .count = 20, .grad_offset = 0}};
+    mc_tensor master = t1(F32, 120), copy = t1(F16, 120), lo = t1(MC_U16, 100);
+    mc_op_master_join(be, &master, &copy, &lo, segs, 1);
+}
+static void master_split_shape(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 0, .count = 50, .grad_offset = 100}};
+    mc_tensor master = t1(F32, 120), copy = t1(MC_BF16, 120), lo = t1(MC_U16, 100);
+    mc_op_master_split(be, &copy, &lo, &master, segs, 1);
+}
+static void master_split_dtype(mc_backend *be) {
+    static const mc_adamw_segment segs[] = {{.offset = 0, .count = 20, .grad_offset = 0}};
+    mc_tensor master = t1(F32, 120), copy = t1(MC_BF16, 120), lo = t1(I32, 100);
+    mc_op_master_split(be, &copy, &lo, &master, segs, 1);
+}
 static void sumsq_shape(mc_backend *be) {
     mc_tensor x = negative_dim(F32);
     (void)mc_op_sumsq(be, &x);
@@ -442,6 +476,10 @@ static const bad_call k_calls[] = {
     CASES(xent_loss_grad, "dlogits", "mask"),
     CASES(xent_fused, "loss", "dlogits"),
     CASES(adamw, "segments[0]", "d.param_copy"),
+    {"adamw", "d.param", adamw_split_param},
+    {"adamw", "d.param_copy", adamw_split_copy},
+    CASES(master_join, "segments[0]", "copy"),
+    CASES(master_split, "segments[0]", "lo"),
     CASES(sumsq, "x", "x"),
     CASES(sumsq_segments, "segments[1]", "buf"),
     CASES(count_zeros, "x", "x"),

@@ -10,7 +10,7 @@ BUILD=build-cuda
 cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DMC_WITH_CUDA=ON -DCMAKE_C_FLAGS_RELEASE="-O3 -march=x86-64-v3 -DNDEBUG" > /dev/null
 cmake --build $BUILD -j "$(nproc)" -- -k > $BUILD.log 2>&1 || { grep -E 'error' $BUILD.log | head -20; }
 BINS=("$@")
-[ ${#BINS[@]} -gt 0 ] || BINS=(megatron-c test_cuda_wgmma test_cuda_attention test_train_determinism test_golden_parity test_backend_equivalence test_trainer_batches)
+[ ${#BINS[@]} -gt 0 ] || BINS=(megatron-c test_cuda_wgmma test_cuda_attention test_train_determinism test_golden_parity test_backend_equivalence test_trainer_batches test_optim_param_remainders test_ops_errors)
 # anew, but for the branches carry_branches.sh packed (minutes of building each)
 mkdir -p .carry/gpu && find .carry/gpu -mindepth 1 -maxdepth 1 ! -name branches -exec rm -rf {} + &&
     mkdir -p .carry/gpu/bin .carry/gpu/lib .carry/gpu/shared

@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv > "$OUT/gpu.txt" 2>&1
 ldd "$B/megatron-c" | grep -E 'not found' && echo "MISSING LIBRARIES" | tee -a "$OUT/gpu.txt"
 echo "== tests"
-for t in ${GPU_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity}; do
+for t in ${GPU_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity test_optim_param_remainders test_ops_errors}; do
     run_gpu_test "$B" "$t" "$OUT"
 done
 echo "== fp16 smoke run (dynamic loss scale from 2^32: the first steps are skipped while it comes down)"

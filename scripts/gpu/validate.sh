@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/mc-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
 T0=$(date +%s)
-BRANCH_TESTS=none MAIN_TESTS="${MAIN_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity}" \
+BRANCH_TESTS=none MAIN_TESTS="${MAIN_TESTS:-test_cuda_wgmma test_cuda_attention test_backend_equivalence test_train_determinism test_trainer_batches test_golden_parity test_optim_param_remainders test_ops_errors}" \
     OUT="$OUT" bash scripts/gpu/run_branches.sh 2>&1 | tee "$OUT/branches.txt"
 grep -q FAILED "$OUT/branches.txt" && TESTS_FAILED=1
 source scripts/gpu/carried_env.sh

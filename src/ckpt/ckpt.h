@@ -14,7 +14,8 @@
  * No pickle anywhere: safetensors and JSON only.
  *
  * Tensors are stored under their global Megatron names with their global shapes, in F32:
- * the weights (the optimizer's fp32 master values, so bf16 training loses nothing) as
+ * the weights (the optimizer's fp32 master values, so bf16 training loses nothing, whether
+ * the master is kept whole or split into the bf16 parameters and their remainders) as
  * `decoder.layers.0.mlp.linear_fc1.weight`, Adam's moments as
  * `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>`. Each element is written
  * once, by one rank: the data-parallel rank that owns it (its distributed-optimizer shard;

@@ -262,10 +262,13 @@ typedef struct window_io {
     int64_t elems;     /* per window */
     float *staging[2]; /* host (page-locked) */
     float *temp[2];    /* device F32, for weights that need a conversion or a second copy */
+    uint16_t *lo_temp; /* device, a window's low halves when the master is split */
 } window_io;
 
 /* Weights: into the model's parameters (converted to their dtype) and, where the optimizer
- * keeps its own fp32 master, into that. */
+ * keeps its own fp32 master, into that; a split master's halves into the BF16 parameters
+ * (every element, so that all data-parallel replicas round alike) and the optimizer's low
+ * halves (its own segments). */
 static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_list *tl) {
     const mc_model *m = ld->st->model;
     const mc_optimizer *o = ld->st->opt;
@@ -312,13 +315,25 @@ static void load_weights(loader *ld, window_io *io, mc_ckpt_boxes *boxes, task_l
         be->copy_h2d_async(be, tmp, buf, bytes);
         mc_tensor src = mc_tensor_1d(tmp, MC_F32, hi - lo);
         mc_tensor dst = mc_tensor_1d((char *)m->param_buf + (size_t)lo * mc_dtype_size(m->param_dtype), m->param_dtype, hi - lo);
-        if (m->param_dtype == MC_F32) be->copy_d2d(be, dst.data, tmp, bytes);
-        else mc_op_convert(be, &dst, &src);
-        for (int s = 0; master && s < o->nsegments; s++) { /* the master's copy of this window */
+        const bool split = o && o->split_master;
+        if (split) {
+            mc_tensor lo_half = mc_tensor_1d(io->lo_temp, MC_U16, hi - lo);
+            mc_adamw_segment whole = {.offset = 0, .count = hi - lo, .grad_offset = 0};
+            mc_op_master_split(be, &dst, &lo_half, &src, &whole, 1);
+        } else if (m->param_dtype == MC_F32) {
+            be->copy_d2d(be, dst.data, tmp, bytes);
+        } else {
+            mc_op_convert(be, &dst, &src);
+        }
+        for (int s = 0; (master || split) && s < o->nsegments; s++) { /* the master's part of this window */
             const mc_adamw_segment *sg = &o->segments[s];
             int64_t a = sg->grad_offset > lo ? sg->grad_offset : lo;
             int64_t b = sg->grad_offset + sg->count < hi ? sg->grad_offset + sg->count : hi;
-            if (b > a) be->copy_d2d(be, o->master + sg->offset + (a - sg->grad_offset), tmp + (a - lo), (size_t)(b - a) * 4);
+            if (b <= a) continue;
+            if (o->split_master)
+                be->copy_d2d(be, o->param_lo + sg->offset + (a - sg->grad_offset), io->lo_temp + (a - lo), (size_t)(b - a) * 2);
+            else
+                be->copy_d2d(be, o->master + sg->offset + (a - sg->grad_offset), tmp + (a - lo), (size_t)(b - a) * 4);
         }
     }
     be->sync(be);
@@ -367,6 +382,7 @@ static int load_tensors(loader *ld, bool optim, mc_err *err) {
         io.staging[i] = be->host_alloc(be, (size_t)io.elems * 4);
         io.temp[i] = be->alloc(be, (size_t)io.elems * 4);
     }
+    if (ld->st->opt && ld->st->opt->split_master) io.lo_temp = be->alloc(be, (size_t)io.elems * 2);
     mc_ckpt_boxes boxes = {0};
     task_list tl = {0};
     load_weights(ld, &io, &boxes, &tl);
@@ -379,6 +395,7 @@ static int load_tensors(loader *ld, bool optim, mc_err *err) {
         be->host_free(be, io.staging[i]);
         be->free(be, io.temp[i]);
     }
+    if (io.lo_temp) be->free(be, io.lo_temp);
     mc_ckpt_boxes_free(&boxes);
     free(tl.v);
     if (atomic_load(&ld->failed)) {
@@ -399,14 +416,7 @@ static void reset_state(const mc_ckpt_state *st) {
         be->sync(be);
         return;
     }
-    if (o->owns_master)
-        for (int s = 0; s < o->nsegments; s++) {
-            const mc_adamw_segment *sg = &o->segments[s];
-            mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
-            mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * mc_dtype_size(m->param_dtype),
-                                         m->param_dtype, sg->count);
-            mc_op_convert(be, &dst, &src);
-        }
+    mc_optimizer_reset_master(o);
     be->zero(be, o->exp_avg, (size_t)o->state_numel * 4);
     be->zero(be, o->exp_avg_sq, (size_t)o->state_numel * 4);
     be->sync(be);

@@ -36,7 +36,7 @@
 typedef struct ckpt_piece {
     int kind, param;
     mc_ckpt_box box;
-    int64_t state_off; /* element offset of the box's first element in the kind's state buffer */
+    const float *src;  /* the box's first element in this rank's memory (state, or the joined master) */
     int64_t file_off;  /* absolute byte offset in the file */
 } ckpt_piece;
 
@@ -62,12 +62,12 @@ static void plan_free(ckpt_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static void add_piece(ckpt_plan *p, int kind, int param, const mc_ckpt_box *b, int64_t state_off) {
+static void add_piece(ckpt_plan *p, int kind, int param, const mc_ckpt_box *b, const float *src) {
     if (p->npieces == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 256;
         p->pieces = mc_xrealloc(p->pieces, sizeof *p->pieces * (size_t)p->cap);
     }
-    p->pieces[p->npieces++] = (ckpt_piece){.kind = kind, .param = param, .box = *b, .state_off = state_off};
+    p->pieces[p->npieces++] = (ckpt_piece){.kind = kind, .param = param, .box = *b, .src = src};
 }
 
 static void piece_key(const mc_model *m, const ckpt_piece *pc, char *out, size_t cap) {
@@ -86,8 +86,11 @@ static cJSON *dims(const mc_param *p, int64_t a, int64_t b) {
     return d;
 }
 
-static const float *kind_buffer(const mc_optimizer *o, int kind) {
-    return kind == CKPT_WEIGHTS ? o->master : kind == CKPT_EXP_AVG ? o->exp_avg : o->exp_avg_sq;
+/* Where segment s's elements of a kind start: the F32 master (mc_optimizer_master_of, joined
+ * by the caller) or a moment. */
+static const float *segment_src(const mc_optimizer *o, int kind, int s) {
+    if (kind == CKPT_WEIGHTS) return mc_optimizer_master_of(o, s);
+    return (kind == CKPT_EXP_AVG ? o->exp_avg : o->exp_avg_sq) + o->segments[s].offset;
 }
 
 /* The pieces this rank writes: of each optimizer segment (a parameter's part of this rank's
@@ -120,7 +123,7 @@ static void plan_pieces(const mc_ckpt_state *st, bool optim, ckpt_plan *plan) {
             boxes.n = 0;
             mc_ckpt_boxes_of(m, p, m->tp_rank, llo, lhi, &boxes);
             for (int k = 0; k < boxes.n; k++)
-                add_piece(plan, kind, pi, &boxes.v[k], sg->offset + (p->offset + boxes.v[k].local - sg->grad_offset));
+                add_piece(plan, kind, pi, &boxes.v[k], segment_src(o, kind, s) + (p->offset + boxes.v[k].local - sg->grad_offset));
         }
     }
     mc_ckpt_boxes_free(&boxes);
@@ -171,7 +174,7 @@ static void plan_layout(const mc_ckpt_state *st, int64_t iteration, ckpt_plan *p
     for (int i = 0; i < plan->npieces; i++) {
         ckpt_piece *pc = &plan->pieces[i];
         pc->file_off += plan->data_start;
-        const char *src = (const char *)(kind_buffer(st->opt, pc->kind) + pc->state_off);
+        const char *src = (const char *)pc->src;
         int64_t bytes = pc->box.rows * pc->box.cols * 4;
         ckpt_extent *last = plan->nextents ? &plan->extents[plan->nextents - 1] : NULL;
         if (last && last->src + last->bytes == src && last->file_off + last->bytes == pc->file_off)
@@ -610,7 +613,6 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     s->t_start = mc_time_now();
     s->iteration = pr->iteration;
     s->rng_seed = pr->rng_seed;
-    be->sync(be); /* the last update has landed */
 
     /* a fresh iter_N.tmp (a killed save may have left one) */
     char tmp[4096];
@@ -623,6 +625,10 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     if (mc_ckpt_agree(st->comm, rc, err) != MC_OK)
         return mc_err_prefix(err, "saving the checkpoint of iteration %lld: ", (long long)pr->iteration);
 
+    /* A split master is joined into the gradient buffer, free between steps, and given
+     * back once the writer has read it (the file written, or the snapshot taken). */
+    mc_optimizer_master_join(st->opt);
+    be->sync(be); /* the last update and the join have landed */
     plan_pieces(st, s->save_optim, &s->plan);
     plan_layout(st, pr->iteration, &s->plan);
     s->common = common_json(s, pr);
@@ -645,11 +651,13 @@ int mc_ckpt_save(mc_ckpt_saver *s, const mc_ckpt_progress *pr, mc_err *err) {
     s->pending = true;
     if (!s->async) {
         rc = write_rank(s, err);
+        mc_optimizer_master_release(st->opt);
         rc = finish_save(s, rc, err);
         s->stats.held_s = mc_time_now() - s->t_start;
         return rc;
     }
     take_snapshot(s);
+    mc_optimizer_master_release(st->opt);
     j->extents = &s->snap_extent;
     j->nextents = 1;
     j->device = s->snap_device;

@@ -373,6 +373,7 @@ void mc_model_zero_grads(mc_model *m) {
         zero_gaps(m, 0, m->numel);
     }
     m->grads_reset = true;
+    m->grads_held = false;
 }
 
 void mc_model_zero_borrowed(mc_model *m) { zero_gaps(m, m->borrow_lo, m->borrow_hi); }

@@ -176,6 +176,9 @@ typedef struct mc_model {
     /* Set by mc_model_zero_grads: the next backward overwrites the grad_overwritten
      * gradients (whose contents are stale until then) instead of accumulating. */
     bool grads_reset;
+    /* A backward has written gradients since the last mc_model_zero_grads (until then the
+     * buffer holds only zeros and stale values, and may lend itself as scratch). */
+    bool grads_held;
 
     /* RoPE tables [max_pos, rot_dim/2] in act dtype precision (F32/F64). */
     mc_tensor rope_cos, rope_sin;

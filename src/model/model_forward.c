@@ -539,6 +539,7 @@ static void forward_backward(mc_model *m, const mc_microbatch *mb, bool backward
     }
     embedding_bwd(&p);
     m->grads_reset = false;
+    m->grads_held = true;
     grads_ready(m, 0);
 }
 

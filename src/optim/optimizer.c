@@ -57,35 +57,47 @@ int mc_optimizer_plan(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_err
         state_base += chunk;
     }
     o->state_numel = state_base;
-    /* Plain with F32 parameters, the master is the model's own buffer. */
-    o->owns_master = o->sharded || m->param_dtype != MC_F32;
-    MC_ASSERT(o->owns_master || o->state_numel == m->numel);
+    /* Plain with F32 parameters, the master is the model's own buffer; with BF16 ones it is
+     * split unless the config says otherwise. */
+    o->split_master = m->param_dtype == MC_BF16 && cfg->optim.store_param_remainders;
+    o->owns_master = (o->sharded || m->param_dtype != MC_F32) && !o->split_master;
+    MC_ASSERT(o->owns_master || o->split_master || o->state_numel == m->numel);
     return MC_OK;
 }
 
 size_t mc_optimizer_state_bytes(const mc_optimizer *o) {
-    return (size_t)o->state_numel * sizeof(float) * (o->owns_master ? 3 : 2);
+    size_t per = 2 * sizeof(float) + (o->owns_master ? sizeof(float) : 0) + (o->split_master ? sizeof(uint16_t) : 0);
+    return (size_t)o->state_numel * per;
+}
+
+void mc_optimizer_reset_master(mc_optimizer *o) {
+    mc_model *m = o->model;
+    mc_backend *be = o->be;
+    if (o->split_master) { /* the BF16 parameters are the master's high halves already */
+        be->zero(be, o->param_lo, (size_t)o->state_numel * sizeof(uint16_t));
+        return;
+    }
+    if (!o->owns_master) return;
+    /* The F32 master as the exact widening of the model's parameters (Megatron copies its
+     * fp32 main params from the bf16 model params). */
+    be->zero(be, o->master, (size_t)o->state_numel * sizeof(float));
+    size_t esz = mc_dtype_size(m->param_dtype);
+    for (int s = 0; s < o->nsegments; s++) {
+        const mc_adamw_segment *sg = &o->segments[s];
+        mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
+        mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * esz, m->param_dtype, sg->count);
+        mc_op_convert(be, &dst, &src);
+    }
 }
 
 void mc_optimizer_alloc(mc_optimizer *o) {
     mc_model *m = o->model;
     mc_backend *be = o->be;
     size_t bytes = (size_t)o->state_numel * sizeof(float);
-    if (!o->owns_master) {
-        o->master = m->param_buf;
-    } else {
-        /* The F32 master starts as the exact widening of the model's parameters (Megatron
-         * copies its fp32 main params from the bf16 model params). */
-        o->master = be->alloc(be, bytes);
-        be->zero(be, o->master, bytes);
-        size_t esz = mc_dtype_size(m->param_dtype);
-        for (int s = 0; s < o->nsegments; s++) {
-            const mc_adamw_segment *sg = &o->segments[s];
-            mc_tensor dst = mc_tensor_1d(o->master + sg->offset, MC_F32, sg->count);
-            mc_tensor src = mc_tensor_1d((char *)m->param_buf + (size_t)sg->grad_offset * esz, m->param_dtype, sg->count);
-            mc_op_convert(be, &dst, &src);
-        }
-    }
+    if (o->split_master) o->param_lo = be->alloc(be, (size_t)o->state_numel * sizeof(uint16_t));
+    else if (o->owns_master) o->master = be->alloc(be, bytes);
+    else o->master = m->param_buf;
+    mc_optimizer_reset_master(o);
     o->sumsq_dev = be->alloc(be, 2 * sizeof(double));
     o->sumsq_host = be->host_alloc(be, sizeof(double));
     o->exp_avg = be->alloc(be, bytes);
@@ -103,6 +115,7 @@ int mc_optimizer_create(mc_optimizer *o, mc_model *m, const mc_config *cfg, mc_e
 void mc_optimizer_free(mc_optimizer *o) {
     if (!o->be) return;
     if (o->owns_master) o->be->free(o->be, o->master);
+    if (o->param_lo) o->be->free(o->be, o->param_lo);
     o->be->free(o->be, o->sumsq_dev);
     o->be->host_free(o->be, o->sumsq_host);
     o->be->free(o->be, o->exp_avg);
@@ -124,9 +137,42 @@ static void global_sumsq(mc_optimizer *o, double *out, float *buf, int64_t numel
     mc_comm_all_reduce(&o->model->comm->mp, o->be, &t, MC_REDUCE_SUM);
 }
 
+/* The split master's halves, as tensors over the model's BF16 parameters and param_lo. */
+static void split_tensors(const mc_optimizer *o, mc_tensor *hi, mc_tensor *lo) {
+    *hi = mc_tensor_1d(o->model->param_buf, MC_BF16, o->model->numel);
+    *lo = mc_tensor_1d(o->param_lo, MC_U16, o->state_numel);
+}
+
+void mc_optimizer_master_join(mc_optimizer *o) {
+    if (!o->split_master) return;
+    mc_model *m = o->model;
+    MC_ASSERT(!m->grads_held, "the F32 master cannot be joined into a gradient buffer that holds gradients");
+    mc_tensor hi, lo, master = mc_tensor_1d(m->grad_buf, MC_F32, m->numel);
+    split_tensors(o, &hi, &lo);
+    mc_op_master_join(o->be, &master, &hi, &lo, o->segments, o->nsegments);
+}
+
+const float *mc_optimizer_master_of(const mc_optimizer *o, int segment) {
+    const mc_adamw_segment *sg = &o->segments[segment];
+    return o->split_master ? (const float *)o->model->grad_buf + sg->grad_offset : o->master + sg->offset;
+}
+
+void mc_optimizer_master_release(mc_optimizer *o) {
+    if (!o->split_master) return;
+    mc_model *m = o->model;
+    for (int s = 0; s < o->nsegments; s++)
+        o->be->zero(o->be, (float *)m->grad_buf + o->segments[s].grad_offset, (size_t)o->segments[s].count * sizeof(float));
+}
+
 double mc_optimizer_params_norm(mc_optimizer *o) {
     double s = 0;
-    global_sumsq(o, o->sumsq_dev + 1, o->master, o->state_numel, o->state_norm_segments);
+    if (o->split_master) { /* the joined master lies at grad offsets, as the norm segments do */
+        mc_optimizer_master_join(o);
+        global_sumsq(o, o->sumsq_dev + 1, o->model->grad_buf, o->model->numel, o->norm_segments);
+        mc_optimizer_master_release(o);
+    } else {
+        global_sumsq(o, o->sumsq_dev + 1, o->master, o->state_numel, o->state_norm_segments);
+    }
     o->be->copy_d2h(o->be, &s, o->sumsq_dev + 1, sizeof s);
     return sqrt(s);
 }
@@ -156,7 +202,8 @@ void mc_optimizer_step(mc_optimizer *o, double lr, double wd, double loss_scale)
         .grad = m->grad_buf,
         .exp_avg = o->exp_avg,
         .exp_avg_sq = o->exp_avg_sq,
-        .param_copy = o->owns_master ? mc_tensor_1d(m->param_buf, m->param_dtype, m->numel) : mc_tensor_none(),
+        .param_copy = o->master == m->param_buf ? mc_tensor_none() : mc_tensor_1d(m->param_buf, m->param_dtype, m->numel),
+        .param_lo = o->param_lo,
         .segments = o->segments,
         .nsegments = o->nsegments,
         .lr = (float)lr,

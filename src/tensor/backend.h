@@ -14,7 +14,8 @@
  * - Dtypes: the CPU backend computes in F32, and in F64 for gradient checks; the CUDA
  *   backend in F32, BF16 and F16. Statistics (mean, rstd, lse, rowmax, xent stats, loss), RoPE
  *   tables and masks are F32, or F64 when the activations are F64. Weight gradients are
- *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32.
+ *   F32 (Megatron's main_grad) or F64 with F64 activations; optimizer state is F32 (a
+ *   split master's low halves U16).
  *   Token ids and positions are I32.
  * - Ops are asynchronous with respect to the host on devices; sync() waits.
  * - Callers go through the op layer (tensor/ops.h), which checks every operand against
@@ -89,14 +90,31 @@ typedef struct mc_adamw_segment {
     float weight_decay;
 } mc_adamw_segment;
 
+/* The F32 master weights kept as two halves (Megatron-Core's store_param_remainders, as
+ * Transformer Engine's FusedAdam): the model's BF16 parameter is the master's high half
+ * plus one when its low half is >= 0x8000, i.e. the master rounded to nearest with ties
+ * away from zero (round-to-nearest-even differs only on exact ties), and the remainder is
+ * the low half. Joining them gives the master back bit for bit, so the master costs 2
+ * bytes a parameter beside the BF16 copy instead of 4. (A NaN whose high half is 0x7fff or
+ * 0xffff shows in BF16 as another value; joining still restores it.) The backends and the
+ * optimizer share these definitions. */
+MC_HOSTDEV uint16_t mc_master_hi(uint32_t bits) { return (uint16_t)((bits >> 16) + ((bits >> 15) & 1u)); }
+MC_HOSTDEV uint32_t mc_master_join(uint16_t hi, uint16_t lo) {
+    return ((uint32_t)(uint16_t)(hi - (lo >> 15)) << 16) | lo;
+}
+
 /* AdamW as Megatron's `adam`, operation for operation as torch.optim.AdamW on F32 tensors:
  *   g = grad * grad_scale; p *= 1 - lr wd; m = lerp(m, g, 1 - b1); v = b2 v + (1-b2) g^2;
  *   p -= (lr / (1 - b1^step)) m / (sqrt(v) / sqrt(1 - b2^step) + eps)
  * (bias corrections in double). All buffers F32 except the optional `param_copy` (the
- * model's low-precision parameters), which is rewritten over the segments' ranges. */
+ * model's low-precision parameters), which is rewritten over the segments' ranges. With
+ * `param_lo` the master is split (mc_master_hi): `param` is NULL, param_copy is BF16, and
+ * each element's master is joined from param_copy and param_lo, updated by the same
+ * arithmetic and split back into both. */
 typedef struct mc_adamw_desc {
     float *param, *grad, *exp_avg, *exp_avg_sq; /* flat F32 buffers, backend memory */
     mc_tensor param_copy;                     /* optional flat copy (e.g. BF16) to refresh */
+    uint16_t *param_lo;                       /* optional [state_numel]: the master's low halves */
     const mc_adamw_segment *segments;         /* host array */
     int nsegments;
     float lr, beta1, beta2, eps, grad_scale;
@@ -108,8 +126,8 @@ typedef struct mc_adamw_desc {
      * norm between the reduction and the update. */
     const double *grad_sumsq;
     double loss_scale, clip_grad;
-    /* Elements of param, exp_avg and exp_avg_sq, and of grad: the ranges the segments may
-     * address (the op layer checks them). */
+    /* Elements of param (or param_lo), exp_avg and exp_avg_sq, and of grad: the ranges the
+     * segments may address (the op layer checks them). */
     int64_t state_numel, grad_numel;
 } mc_adamw_desc;
 
@@ -140,7 +158,7 @@ typedef enum {
     MC_OP_ATTENTION_FWD, MC_OP_ATTENTION_BWD, MC_OP_ATTENTION_KV_FWD, MC_OP_ARGMAX_ROWS,
     MC_OP_DROPOUT_FWD, MC_OP_DROPOUT_BWD, MC_OP_DROPOUT_ADD_FWD, MC_OP_ADD_INPLACE, MC_OP_SCALE_INPLACE,
     MC_OP_XENT_ROWSTATS, MC_OP_XENT_RESCALE, MC_OP_XENT_LOSS_GRAD, MC_OP_XENT_FUSED,
-    MC_OP_ADAMW, MC_OP_SUMSQ, MC_OP_SUMSQ_SEGMENTS, MC_OP_COUNT_ZEROS,
+    MC_OP_ADAMW, MC_OP_MASTER_JOIN, MC_OP_MASTER_SPLIT, MC_OP_SUMSQ, MC_OP_SUMSQ_SEGMENTS, MC_OP_COUNT_ZEROS,
 } mc_op_kind;
 
 /* The sizes one op call runs at, as a backend's limits see them (fields an op has no use
@@ -369,6 +387,14 @@ struct mc_backend {
 
     /* ---- optimizer ---- */
     void (*adamw)(mc_backend *, const mc_adamw_desc *d);
+    /* The split master (mc_master_hi) over the segments, to and from F32: master_join
+     * writes master[grad_offset + i] = join(copy[grad_offset + i], lo[offset + i]);
+     * master_split writes copy and lo from master, the reverse. master F32 and copy BF16 are
+     * indexed as the model's buffers (grad_offset), lo as the optimizer state (offset). */
+    void (*master_join)(mc_backend *, float *master, const uint16_t *copy, const uint16_t *lo,
+                        const mc_adamw_segment *segments, int nsegments);
+    void (*master_split)(mc_backend *, uint16_t *copy, uint16_t *lo, const float *master,
+                         const mc_adamw_segment *segments, int nsegments);
     /* Sum of squares of a F32 buffer, accumulated in double, returned to the host. */
     double (*sumsq)(mc_backend *, const mc_tensor *x);
     /* Sum of squares over several ranges of one flat F32 buffer (the segments' offset and

@@ -803,7 +803,9 @@ static void need_segment_list(const char *op, const mc_adamw_segment *segments, 
 void mc_op_adamw(mc_backend *be, const mc_adamw_desc *d) {
     const char *op = "adamw";
     need_pointer(op, "d", d);
-    need_pointer(op, "d.param", d->param);
+    bool split = d->param_lo != NULL; /* the master as param_copy's high halves and param_lo */
+    if (split && d->param) op_fail(op, "d.param", "NULL (the master is split: d.param_copy and d.param_lo)", "a buffer");
+    if (!split) need_pointer(op, "d.param", d->param);
     need_pointer(op, "d.grad", d->grad);
     need_pointer(op, "d.exp_avg", d->exp_avg);
     need_pointer(op, "d.exp_avg_sq", d->exp_avg_sq);
@@ -811,6 +813,7 @@ void mc_op_adamw(mc_backend *be, const mc_adamw_desc *d) {
     need_segment_list(op, d->segments, d->nsegments);
     bool copy = mc_tensor_present(&d->param_copy);
     if (copy) need_storage(be, op, "d.param_copy", &d->param_copy);
+    if (split) need_dtype(op, "d.param_copy", &d->param_copy, MC_BF16, "the master's high halves, beside d.param_lo");
     int64_t grad_numel = d->grad_numel;
     const char *grad_name = "d.grad";
     if (copy && mc_tensor_numel(&d->param_copy) < grad_numel) {
@@ -818,9 +821,40 @@ void mc_op_adamw(mc_backend *be, const mc_adamw_desc *d) {
         grad_name = "d.param_copy";
     }
     for (int i = 0; i < d->nsegments; i++)
-        need_segment(op, &d->segments[i], i, d->state_numel, "d.param", grad_numel, grad_name);
+        need_segment(op, &d->segments[i], i, d->state_numel, split ? "d.param_lo" : "d.param", grad_numel, grad_name);
     need_supported(be, op, &(mc_op_sizes){.op = MC_OP_ADAMW, .rows = d->state_numel, .cols = 1});
     be->adamw(be, d);
+}
+
+/* master_join and master_split: master F32 and copy BF16 addressed by the segments' grad
+ * ranges, lo U16 by their state ranges. */
+static void need_master_operands(mc_backend *be, const char *op, mc_op_kind kind, const mc_tensor *master,
+                                 const mc_tensor *copy, const mc_tensor *lo, const mc_adamw_segment *segments,
+                                 int nsegments) {
+    need_dtype(op, "master", master, MC_F32, "the F32 master");
+    need_dtype(op, "copy", copy, MC_BF16, "the master's high halves");
+    need_dtype(op, "lo", lo, MC_U16, "the master's low halves");
+    need_segment_list(op, segments, nsegments);
+    int64_t grad_numel = mc_tensor_numel(master);
+    const char *grad_name = "master";
+    if (mc_tensor_numel(copy) < grad_numel) {
+        grad_numel = mc_tensor_numel(copy);
+        grad_name = "copy";
+    }
+    for (int i = 0; i < nsegments; i++) need_segment(op, &segments[i], i, mc_tensor_numel(lo), "lo", grad_numel, grad_name);
+    need_supported(be, op, &(mc_op_sizes){.op = kind, .rows = grad_numel, .cols = 1});
+}
+
+void mc_op_master_join(mc_backend *be, mc_tensor *master, const mc_tensor *copy, const mc_tensor *lo,
+                       const mc_adamw_segment *segments, int nsegments) {
+    need_master_operands(be, "master_join", MC_OP_MASTER_JOIN, master, copy, lo, segments, nsegments);
+    be->master_join(be, master->data, copy->data, lo->data, segments, nsegments);
+}
+
+void mc_op_master_split(mc_backend *be, mc_tensor *copy, mc_tensor *lo, const mc_tensor *master,
+                        const mc_adamw_segment *segments, int nsegments) {
+    need_master_operands(be, "master_split", MC_OP_MASTER_SPLIT, master, copy, lo, segments, nsegments);
+    be->master_split(be, copy->data, lo->data, master->data, segments, nsegments);
 }
 
 double mc_op_sumsq(mc_backend *be, const mc_tensor *x) {

@@ -95,6 +95,12 @@ void mc_op_xent_fused(mc_backend *be, mc_tensor *loss, mc_tensor *dlogits, const
 
 /* ---- optimizer ---- */
 void mc_op_adamw(mc_backend *be, const mc_adamw_desc *d);
+/* The backend's master_join and master_split with their buffers as tensors, so that the
+ * segments are checked against them: master F32, copy BF16, lo U16. */
+void mc_op_master_join(mc_backend *be, mc_tensor *master, const mc_tensor *copy, const mc_tensor *lo,
+                       const mc_adamw_segment *segments, int nsegments);
+void mc_op_master_split(mc_backend *be, mc_tensor *copy, mc_tensor *lo, const mc_tensor *master,
+                        const mc_adamw_segment *segments, int nsegments);
 double mc_op_sumsq(mc_backend *be, const mc_tensor *x);
 /* The backend's sumsq_segments with its buffers as tensors, so that the segments are
  * checked against them: out [1] F64, buf F32. */

@@ -41,6 +41,7 @@ void mc_config_init(mc_config *c) {
     o->adam_beta2 = 0.999f;
     o->adam_eps = 1e-8f;
     o->clip_grad = 1.0f;
+    o->store_param_remainders = true;
 
     mc_train_config *t = &c->train;
     t->seed = 1234;

@@ -173,6 +173,9 @@ static const mc_arg_spec k_flags[] = {
     {"--adam-beta2", MC_ARG_FLOAT, F(optim.adam_beta2), "Adam beta2", RANGE(0, 0.999999999)},
     {"--adam-eps", MC_ARG_FLOAT, F(optim.adam_eps), "Adam epsilon", RANGE(0, 1)},
     {"--clip-grad", MC_ARG_FLOAT, F(optim.clip_grad), "global gradient-norm clip (0: off)", RANGE(0, 1e12)},
+    {"--no-store-param-remainders", MC_ARG_FALSE, F(optim.store_param_remainders),
+     "with --bf16, a separate fp32 master copy (4 B/param) instead of the bf16 params' 16-bit remainders (2 B/param, "
+     "the same values; Megatron-Core's store_param_remainders)"},
     {"--cpu-optimizer", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "optimizer offload arrives with the memory work (alias of --optimizer-cpu-offload)"},
     {"--optimizer-cpu-offload", MC_ARG_NOT_YET, 0, NULL, .nvalues = 0, .note = "optimizer offload arrives with the memory work"},
     {"--cpu-optimizer-type", MC_ARG_NOT_YET, 0, NULL, .nvalues = 1, .note = "optimizer offload arrives with the memory work"},

@@ -1,5 +1,6 @@
-/* adamw.c: the AdamW step (torch.optim.AdamW's arithmetic, in float), and the sum of
- * squares and zero count of a gradient buffer (grad-norm clipping, --log-num-zeros-in-grad).
+/* adamw.c: the AdamW step (torch.optim.AdamW's arithmetic, in float), the split master's
+ * join and split (backend.h's mc_master_hi), and the sum of squares and zero count of a
+ * gradient buffer (grad-norm clipping, --log-num-zeros-in-grad).
  *
  * Per element, in torch's order and forms (_single_tensor_adam with decoupled decay):
  *   g = grad * grad_scale
@@ -71,9 +72,23 @@ static void adamw_chunk(float *restrict p, const float *restrict grad, float *re
     }
 }
 
+/* One element of the split master, as F32 and back. */
+static inline float master_of(uint16_t hi, uint16_t lo) {
+    uint32_t bits = mc_master_join(hi, lo);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline void split_master(float f, uint16_t *hi, uint16_t *lo) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    *hi = mc_master_hi(bits);
+    *lo = (uint16_t)bits;
+}
+
 void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
     (void)be;
-    bool copy = mc_tensor_present(&d->param_copy);
+    bool copy = mc_tensor_present(&d->param_copy) && !d->param_lo;
     float grad_scale = d->grad_scale;
     if (d->grad_sumsq && !mc_adamw_clip_scale(*d->grad_sumsq, d->loss_scale, d->clip_grad, &grad_scale)) return;
     double bc1 = 1.0 - pow((double)d->beta1, (double)d->step);
@@ -95,9 +110,41 @@ void mc_cpu_adamw(mc_backend *be, const mc_adamw_desc *d) {
         for (int64_t ch = 0; ch < nchunks; ch++) {
             int64_t i0 = off + ch * ADAMW_CHUNK, g0 = goff + ch * ADAMW_CHUNK, len = seg->count - ch * ADAMW_CHUNK;
             if (len > ADAMW_CHUNK) len = ADAMW_CHUNK;
+            if (d->param_lo) { /* the master joined into a chunk of F32, updated, split back */
+                float master[ADAMW_CHUNK];
+                uint16_t *hi = (uint16_t *)d->param_copy.data + g0, *lo = d->param_lo + i0;
+                for (int64_t i = 0; i < len; i++) master[i] = master_of(hi[i], lo[i]);
+                adamw_chunk(master, d->grad + g0, d->exp_avg + i0, d->exp_avg_sq + i0, len, &s);
+                for (int64_t i = 0; i < len; i++) split_master(master[i], &hi[i], &lo[i]);
+                continue;
+            }
             adamw_chunk(d->param + i0, d->grad + g0, d->exp_avg + i0, d->exp_avg_sq + i0, len, &s);
             if (copy) mc_cpu_store_f32(d->param_copy.data, d->param_copy.dtype, g0, d->param + i0, len);
         }
+    }
+}
+
+void mc_cpu_master_join(mc_backend *be, float *master, const uint16_t *copy, const uint16_t *lo,
+                        const mc_adamw_segment *segments, int nsegments) {
+    (void)be;
+    for (int s = 0; s < nsegments; s++) {
+        const mc_adamw_segment *sg = &segments[s];
+        float *m = master + sg->grad_offset;
+        const uint16_t *h = copy + sg->grad_offset, *l = lo + sg->offset;
+#pragma omp parallel for schedule(static) if (sg->count > 65536)
+        for (int64_t i = 0; i < sg->count; i++) m[i] = master_of(h[i], l[i]);
+    }
+}
+
+void mc_cpu_master_split(mc_backend *be, uint16_t *copy, uint16_t *lo, const float *master,
+                         const mc_adamw_segment *segments, int nsegments) {
+    (void)be;
+    for (int s = 0; s < nsegments; s++) {
+        const mc_adamw_segment *sg = &segments[s];
+        const float *m = master + sg->grad_offset;
+        uint16_t *h = copy + sg->grad_offset, *l = lo + sg->offset;
+#pragma omp parallel for schedule(static) if (sg->count > 65536)
+        for (int64_t i = 0; i < sg->count; i++) split_master(m[i], &h[i], &l[i]);
     }
 }
 

@@ -238,6 +238,8 @@ mc_backend *mc_backend_cpu_create(void) {
     be->xent_loss_grad = mc_cpu_xent_loss_grad;
     be->xent_fused = mc_cpu_xent_fused;
     be->adamw = mc_cpu_adamw;
+    be->master_join = mc_cpu_master_join;
+    be->master_split = mc_cpu_master_split;
     be->sumsq = mc_cpu_sumsq;
     be->sumsq_segments = mc_cpu_sumsq_segments;
     be->count_zeros = mc_cpu_count_zeros;

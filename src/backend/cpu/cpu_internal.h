@@ -152,6 +152,10 @@ void mc_cpu_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const 
                        const mc_tensor *targets, const mc_tensor *mask, float grad_scale);
 /* adamw.c */
 void mc_cpu_adamw(mc_backend *, const mc_adamw_desc *d);
+void mc_cpu_master_join(mc_backend *, float *master, const uint16_t *copy, const uint16_t *lo,
+                        const mc_adamw_segment *segments, int nsegments);
+void mc_cpu_master_split(mc_backend *, uint16_t *copy, uint16_t *lo, const float *master,
+                         const mc_adamw_segment *segments, int nsegments);
 double mc_cpu_sumsq(mc_backend *, const mc_tensor *x);
 void mc_cpu_sumsq_segments(mc_backend *, double *out, const float *buf, const mc_adamw_segment *segments,
                            int nsegments);

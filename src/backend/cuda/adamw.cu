@@ -1,5 +1,6 @@
-/* adamw.cu: the AdamW step over all parameter segments in one launch, the sum of squares
- * of a buffer and of many ranges of one (grad-norm clipping), and the zero count.
+/* adamw.cu: the AdamW step over all parameter segments in one launch, the split master's
+ * join and split (backend.h's mc_master_hi), the sum of squares of a buffer and of many
+ * ranges of one (grad-norm clipping), and the zero count.
  *
  * AdamW, per element, in the CPU backend's order (backend/cpu/adamw.c), every operation
  * rounded separately (__fmul_rn & co. keep nvcc from contracting into FMAs, so the result
@@ -11,7 +12,9 @@
  * of squares (mc_adamw_clip_scale: the same double operations as the host). A segment is
  * `count` elements at `offset` in param/exp_avg/exp_avg_sq and at `grad_offset` in grad
  * and param_copy (they differ when the optimizer state is this rank's shard). param_copy
- * (BF16, F16 or F32), when present, gets the new parameters.
+ * (BF16, F16 or F32), when present, gets the new parameters. With param_lo (the SPLIT
+ * kernel) the master is read from and written back to param_copy's BF16 high halves and
+ * param_lo's low halves instead of param: the same arithmetic on the same F32 values.
  *
  * Multi-tensor launch: every segment is cut into chunks of ADAMW_CHUNK elements; the
  * segment table (offset, count, grad_offset, first chunk, decay) goes up once per call
@@ -65,6 +68,28 @@ __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, float g
     v = vi;
 }
 
+/* The split master's elements: F32 from its halves, and back. */
+__device__ __forceinline__ float master_of(uint32_t hi, uint32_t lo) {
+    return __uint_as_float(mc_master_join((uint16_t)hi, (uint16_t)lo));
+}
+__device__ __forceinline__ void split_master(float p, uint16_t &hi, uint16_t &lo) {
+    const uint32_t bits = __float_as_uint(p);
+    hi = mc_master_hi(bits);
+    lo = (uint16_t)bits;
+}
+/* Four of them in uint2s (element k in bits 16 (k % 2) of word k / 2). */
+__device__ __forceinline__ float4 master_of4(uint2 hi, uint2 lo) {
+    return make_float4(master_of(hi.x & 0xffffu, lo.x & 0xffffu), master_of(hi.x >> 16, lo.x >> 16),
+                       master_of(hi.y & 0xffffu, lo.y & 0xffffu), master_of(hi.y >> 16, lo.y >> 16));
+}
+__device__ __forceinline__ void split_master4(float4 p, uint2 &hi, uint2 &lo) {
+    uint16_t h[4], l[4];
+    split_master(p.x, h[0], l[0]), split_master(p.y, h[1], l[1]);
+    split_master(p.z, h[2], l[2]), split_master(p.w, h[3], l[3]);
+    hi = make_uint2(h[0] | (uint32_t)h[1] << 16, h[2] | (uint32_t)h[3] << 16);
+    lo = make_uint2(l[0] | (uint32_t)l[1] << 16, l[2] | (uint32_t)l[3] << 16);
+}
+
 __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_t gi, float p) {
     if (copy_dt == MC_BF16) ((__nv_bfloat16 *)param_copy)[gi] = __float2bfloat16_rn(p);
     else if (copy_dt == MC_F16) ((__half *)param_copy)[gi] = __float2half_rn(p);
@@ -72,11 +97,14 @@ __device__ __forceinline__ void store_copy(void *param_copy, int copy_dt, int64_
 }
 
 /* vec: every buffer is 16-byte aligned, so a segment whose offset and grad_offset are
- * multiples of 4 runs on float4 accesses (chunks start at multiples of ADAMW_CHUNK). */
-__global__ void adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ exp_avg,
-                             float *__restrict__ exp_avg_sq, void *__restrict__ param_copy, int copy_dt,
-                             const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks, adamw_scalars s,
-                             bool vec, const double *grad_sumsq, double loss_scale, double clip_grad) {
+ * multiples of 4 runs on float4 accesses (chunks start at multiples of ADAMW_CHUNK); the
+ * split master's halves then go four at a time as uint2. */
+template <bool SPLIT>
+__global__ void adamw_kernel(float *__restrict__ param, uint16_t *__restrict__ param_lo, const float *__restrict__ grad,
+                             float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq, void *__restrict__ param_copy,
+                             int copy_dt, const seg_entry *__restrict__ segs, int nseg, int64_t total_chunks,
+                             adamw_scalars s, bool vec, const double *grad_sumsq, double loss_scale, double clip_grad) {
+    uint16_t *const hi16 = (uint16_t *)param_copy; /* SPLIT: the master's high halves */
     const int64_t chunk = ADAMW_CHUNK;
     /* every thread derives the same factor from the same double (the host's formula) */
     if (grad_sumsq && !mc_adamw_clip_scale(*grad_sumsq, loss_scale, clip_grad, &s.grad_scale)) return;
@@ -92,7 +120,9 @@ __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict_
 #pragma unroll 4
             for (int64_t q = threadIdx.x; q < n4; q += blockDim.x) {
                 const int64_t i = i0 + 4 * q, gi = g0 + 4 * q;
-                float4 p = *reinterpret_cast<const float4 *>(param + i);
+                float4 p = SPLIT ? master_of4(*reinterpret_cast<const uint2 *>(hi16 + gi),
+                                              *reinterpret_cast<const uint2 *>(param_lo + i))
+                                 : *reinterpret_cast<const float4 *>(param + i);
                 float4 m = *reinterpret_cast<const float4 *>(exp_avg + i);
                 float4 v = *reinterpret_cast<const float4 *>(exp_avg_sq + i);
                 const float4 g = *reinterpret_cast<const float4 *>(grad + gi);
@@ -100,9 +130,16 @@ __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict_
                 adamw_elem(p.y, m.y, v.y, g.y, decay, s);
                 adamw_elem(p.z, m.z, v.z, g.z, decay, s);
                 adamw_elem(p.w, m.w, v.w, g.w, decay, s);
-                *reinterpret_cast<float4 *>(param + i) = p;
                 *reinterpret_cast<float4 *>(exp_avg + i) = m;
                 *reinterpret_cast<float4 *>(exp_avg_sq + i) = v;
+                if (SPLIT) {
+                    uint2 h, l;
+                    split_master4(p, h, l);
+                    *reinterpret_cast<uint2 *>(hi16 + gi) = h;
+                    *reinterpret_cast<uint2 *>(param_lo + i) = l;
+                    continue;
+                }
+                *reinterpret_cast<float4 *>(param + i) = p;
                 if (copy_dt == MC_BF16) {
                     uint2 u;
                     u.x = mc_bf16pair(p.x, p.y), u.y = mc_bf16pair(p.z, p.w);
@@ -118,12 +155,16 @@ __global__ void adamw_kernel(float *__restrict__ param, const float *__restrict_
         }
         for (int64_t j = done + threadIdx.x; j < len; j += blockDim.x) {
             const int64_t i = i0 + j, gi = g0 + j;
-            float p = param[i], m = exp_avg[i], v = exp_avg_sq[i];
+            float p = SPLIT ? master_of(hi16[gi], param_lo[i]) : param[i], m = exp_avg[i], v = exp_avg_sq[i];
             adamw_elem(p, m, v, grad[gi], decay, s);
-            param[i] = p;
             exp_avg[i] = m;
             exp_avg_sq[i] = v;
-            store_copy(param_copy, copy_dt, gi, p);
+            if (SPLIT) {
+                split_master(p, hi16[gi], param_lo[i]);
+            } else {
+                param[i] = p;
+                store_copy(param_copy, copy_dt, gi, p);
+            }
         }
     }
 }
@@ -152,6 +193,13 @@ static int build_table(mc_cuda_state *st, const char *op, const mc_adamw_segment
     return n;
 }
 
+/* One block per chunk (the hardware overlaps the blocks' latencies); the kernels still
+ * loop, should the count ever exceed the grid limit. */
+static unsigned chunk_grid(int64_t total_chunks) {
+    const int64_t cap = (int64_t)1 << 30;
+    return (unsigned)(total_chunks < cap ? total_chunks : cap);
+}
+
 void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
     mc_cuda_state *st = mc_cuda_st(be);
     const char *op = "adamw";
@@ -172,16 +220,85 @@ void mc_cuda_adamw(mc_backend *be, const mc_adamw_desc *d) {
     int nseg = build_table(st, op, d->segments, d->nsegments, d->lr, true, ADAMW_CHUNK, &total_chunks);
     if (nseg == 0) return;
     const seg_entry *segs = (const seg_entry *)mc_cuda_table_commit(st, (size_t)nseg * sizeof(seg_entry), op);
-    /* one block per chunk (the hardware overlaps the blocks' latencies); the kernel still
-     * loops, should the count ever exceed the grid limit */
-    const int64_t cap = (int64_t)1 << 30;
-    unsigned grid = (unsigned)(total_chunks < cap ? total_chunks : cap);
-    bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->grad) && mc_cuda_aligned16(d->exp_avg) &&
-               mc_cuda_aligned16(d->exp_avg_sq) && (!copy || mc_cuda_aligned16(d->param_copy.data));
-    adamw_kernel<<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, d->grad, d->exp_avg, d->exp_avg_sq,
-                                                         copy ? d->param_copy.data : NULL, copy_dt, segs, nseg,
-                                                         total_chunks, s, vec, d->grad_sumsq, d->loss_scale,
-                                                         d->clip_grad);
+    unsigned grid = chunk_grid(total_chunks);
+    bool vec = mc_cuda_aligned16(d->param) && mc_cuda_aligned16(d->param_lo) && mc_cuda_aligned16(d->grad) &&
+               mc_cuda_aligned16(d->exp_avg) && mc_cuda_aligned16(d->exp_avg_sq) &&
+               (!copy || mc_cuda_aligned16(d->param_copy.data));
+    void *pc = copy ? d->param_copy.data : NULL;
+    if (d->param_lo)
+        adamw_kernel<true><<<grid, ADAMW_THREADS, 0, st->stream>>>(NULL, d->param_lo, d->grad, d->exp_avg,
+                                                                   d->exp_avg_sq, pc, copy_dt, segs, nseg,
+                                                                   total_chunks, s, vec, d->grad_sumsq,
+                                                                   d->loss_scale, d->clip_grad);
+    else
+        adamw_kernel<false><<<grid, ADAMW_THREADS, 0, st->stream>>>(d->param, NULL, d->grad, d->exp_avg,
+                                                                    d->exp_avg_sq, pc, copy_dt, segs, nseg,
+                                                                    total_chunks, s, vec, d->grad_sumsq,
+                                                                    d->loss_scale, d->clip_grad);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+/* ---- the split master ---- */
+
+/* Chunk c of the segments: its first state index, first grad index and length. */
+__device__ __forceinline__ int64_t chunk_at(const seg_entry *segs, int nseg, int64_t c, int64_t *i0, int64_t *g0) {
+    const seg_entry seg = segs[find_segment(segs, nseg, c)];
+    const int64_t local = (c - seg.chunk_begin) * ADAMW_CHUNK;
+    *i0 = seg.offset + local;
+    *g0 = seg.grad_offset + local;
+    return seg.count - local < ADAMW_CHUNK ? seg.count - local : ADAMW_CHUNK;
+}
+
+__global__ void master_join_kernel(float *__restrict__ master, const uint16_t *__restrict__ copy,
+                                   const uint16_t *__restrict__ lo, const seg_entry *__restrict__ segs, int nseg,
+                                   int64_t total_chunks) {
+    for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+        int64_t i0, g0;
+        const int64_t len = chunk_at(segs, nseg, c, &i0, &g0);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) master[g0 + j] = master_of(copy[g0 + j], lo[i0 + j]);
+    }
+}
+
+__global__ void master_split_kernel(uint16_t *__restrict__ copy, uint16_t *__restrict__ lo,
+                                    const float *__restrict__ master, const seg_entry *__restrict__ segs, int nseg,
+                                    int64_t total_chunks) {
+    for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+        int64_t i0, g0;
+        const int64_t len = chunk_at(segs, nseg, c, &i0, &g0);
+        for (int64_t j = threadIdx.x; j < len; j += blockDim.x) split_master(master[g0 + j], copy[g0 + j], lo[i0 + j]);
+    }
+}
+
+/* The segment table on the device for a kernel of a block per chunk; NULL: no element. */
+static const seg_entry *chunk_table(mc_cuda_state *st, const char *op, const mc_adamw_segment *segments, int nsegments,
+                                    int *nseg, int64_t *total_chunks) {
+    *nseg = build_table(st, op, segments, nsegments, 0.0f, false, ADAMW_CHUNK, total_chunks);
+    return *nseg ? (const seg_entry *)mc_cuda_table_commit(st, (size_t)*nseg * sizeof(seg_entry), op) : NULL;
+}
+
+void mc_cuda_master_join(mc_backend *be, float *master, const uint16_t *copy, const uint16_t *lo,
+                         const mc_adamw_segment *segments, int nsegments) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "master_join";
+    int nseg;
+    int64_t total_chunks;
+    const seg_entry *segs = chunk_table(st, op, segments, nsegments, &nseg, &total_chunks);
+    if (!segs) return;
+    master_join_kernel<<<chunk_grid(total_chunks), ADAMW_THREADS, 0, st->stream>>>(master, copy, lo, segs, nseg,
+                                                                                   total_chunks);
+    MC_CUDA_LAUNCHED(st, op);
+}
+
+void mc_cuda_master_split(mc_backend *be, uint16_t *copy, uint16_t *lo, const float *master,
+                          const mc_adamw_segment *segments, int nsegments) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    const char *op = "master_split";
+    int nseg;
+    int64_t total_chunks;
+    const seg_entry *segs = chunk_table(st, op, segments, nsegments, &nseg, &total_chunks);
+    if (!segs) return;
+    master_split_kernel<<<chunk_grid(total_chunks), ADAMW_THREADS, 0, st->stream>>>(copy, lo, master, segs, nseg,
+                                                                                    total_chunks);
     MC_CUDA_LAUNCHED(st, op);
 }
 

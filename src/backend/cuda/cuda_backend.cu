@@ -438,6 +438,8 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->xent_loss_grad = mc_cuda_xent_loss_grad;
     be->xent_fused = mc_cuda_xent_fused;
     be->adamw = mc_cuda_adamw;
+    be->master_join = mc_cuda_master_join;
+    be->master_split = mc_cuda_master_split;
     be->sumsq = mc_cuda_sumsq;
     be->sumsq_segments = mc_cuda_sumsq_segments;
     be->count_zeros = mc_cuda_count_zeros;

@@ -310,6 +310,10 @@ void mc_cuda_xent_fused(mc_backend *, mc_tensor *loss, mc_tensor *dlogits, const
 bool mc_cuda_xent_supports(const mc_op_sizes *s, mc_op_refusal *why);
 /* adamw.cu */
 void mc_cuda_adamw(mc_backend *, const mc_adamw_desc *d);
+void mc_cuda_master_join(mc_backend *, float *master, const uint16_t *copy, const uint16_t *lo,
+                         const mc_adamw_segment *segments, int nsegments);
+void mc_cuda_master_split(mc_backend *, uint16_t *copy, uint16_t *lo, const float *master,
+                          const mc_adamw_segment *segments, int nsegments);
 double mc_cuda_sumsq(mc_backend *, const mc_tensor *x);
 void mc_cuda_sumsq_segments(mc_backend *, double *out, const float *buf, const mc_adamw_segment *segments,
                             int nsegments);
