@@ -19,7 +19,9 @@ declare -A ALLOWED=(
     [optim]="base tensor comm model optim"
     [ckpt]="base tensor comm model optim io ckpt"
     [train]="base tensor backend/cpu backend/cuda comm tokenizer data io model optim ckpt train"
-    [cli]="base tensor comm tokenizer data io model optim ckpt train cli"
+    [generate]="base tensor backend/cpu backend/cuda comm tokenizer data io model optim ckpt train generate"
+    [serve]="base tensor comm tokenizer generate serve"
+    [cli]="base tensor comm tokenizer data io model optim ckpt train generate serve cli"
 )
 layer_of() { # a path under src/ -> its layer
     local p=${1#src/}
