@@ -17,6 +17,7 @@
 
 #include "base/args.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "cli/cli_model.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
@@ -57,7 +58,7 @@ static void *signal_thread(void *arg) {
         int sig;
         if (sigwait(&g_signals.set, &sig) != 0) return NULL;
         pthread_mutex_lock(&g_signals.mu);
-        if (!g_signals.stop)
+        if (!g_signals.stop && mc_log_rank() == 0)
             fprintf(stderr, "megatron-c serve: %s: answering the queued requests, then stopping\n",
                     sig == SIGINT ? "SIGINT" : "SIGTERM");
         g_signals.stop = true;
