@@ -2,7 +2,7 @@
  * API and OpenAI's completions (serve/server.h, serve/api.h).
  *
  *   megatron-c serve (--load DIR | --load-hf DIR) [--port 5000] [--host 127.0.0.1]
- *                    [--max-batch-size 32]
+ *                    [--max-batch-size 32] [--max-positions N]
  *                    [the tokenizer's flags, --device, --bf16, --seed, --tensor-model-parallel-size ...]
  *
  * The model and tokenizer are generate's (cli_model.h). Under mpirun every rank runs this
@@ -29,6 +29,7 @@
 typedef struct serve_flags {
     char *load_hf, *host;
     int port, max_batch;
+    int64_t max_positions;
 } serve_flags;
 
 #define F(member) offsetof(serve_flags, member)
@@ -38,6 +39,9 @@ static const mc_arg_spec k_flags[] = {
     {"--host", MC_ARG_STRING, F(host), "the IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: every interface)"},
     {"--max-batch-size", MC_ARG_INT, F(max_batch), "the most sequences one generator call continues (default 32)",
      .min = 1, .max = 1 << 20},
+    {"--max-positions", MC_ARG_INT64, F(max_positions),
+     "the longest prompt + continuation a request may ask for, which sizes the key/value cache (default: the "
+     "model's positions)", .min = 2, .max = 1ll << 40},
 };
 #undef F
 #define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
@@ -126,8 +130,12 @@ int mc_cmd_serve(int argc, char **argv) {
     take_signals(); /* before any thread starts */
     mc_cli_load_model(&cfg, f.load_hf, false, "serve");
     mc_tokenizer *tok = mc_cli_open_tokenizer(&cfg, "serve");
-    const int64_t positions =
+    const int64_t model_positions =
         cfg.model.max_position_embeddings > 0 ? cfg.model.max_position_embeddings : cfg.model.seq_length;
+    if (f.max_positions > model_positions)
+        mc_die_usage("serve: --max-positions %lld exceeds the model's %lld positions", (long long)f.max_positions,
+                     (long long)model_positions);
+    const int64_t positions = f.max_positions ? f.max_positions : model_positions;
     mc_generator *gen = mc_generator_create(&cfg, positions, &err);
     if (!gen) mc_comm_exit_error(MC_EXIT_USAGE, "%s", err.msg);
     mc_generator_set_eod(gen, mc_tokenizer_eod(tok));
