@@ -4,7 +4,8 @@
  * PUT /api (Megatron-LM's text generation server, megatron/inference/text_generation_server.py)
  *   request:  prompts            list of 1..128 strings (required); "" only with add_BOS
  *             tokens_to_generate integer >= 1, default 64 (Megatron's 0, the prompt's
- *                                logprobs only, is refused with logprobs)
+ *                                logprobs only, is refused with logprobs); each prompt's
+ *                                tokens + tokens_to_generate at most the positions
  *             temperature        number in [0, 100], default 1; 0 is greedy (Megatron
  *                                refuses 0: its greedy is top_k 1, which is greedy here too)
  *             top_k              integer in [0, 1000], default 0 (all tokens)
@@ -26,7 +27,7 @@
  *   request:  prompt             string, list of strings, list of ids, or list of lists of
  *                                ids (1..128 prompts; required)
  *             model              string (any: this server has one model)
- *             max_tokens         integer >= 1, default 16
+ *             max_tokens         integer >= 1, default 16; prompt + max_tokens at most the positions
  *             temperature        number in [0, 2], default 1; 0 is greedy
  *             top_p              number in (0, 1], default 1
  *             top_k              integer >= 0 (an extension), default 0 (all tokens)
