@@ -176,12 +176,26 @@ code=$(call PUT /api "{\"prompts\": [\"$P1\"], \"tokens_to_generate\": 16, \"tem
 [ "$code" = 200 ] && [ "$(pyq '" ".join(map(str, a["tokens"][0][8:]))')" = "$(want greedy 1)" ]
 check still_serves_after_refusals $? "$code $(head -c 300 "$TMP/answer")"
 
-# ---- SIGTERM: exit 0, the port closed, --load-hf's temporary checkpoint gone ----------------------
+# ---- SIGTERM while a request of 128 prompts is generated: that request is answered, exit 0, the
+# port closed, --load-hf's temporary checkpoint gone ---------------------------------------------------
+python3 -c 'import json,sys; print(json.dumps({"prompts": [sys.argv[1]] * 128, "tokens_to_generate": 110, "temperature": 0}))' \
+    "$P1" > "$TMP/inflight.json"
+curl -s -o "$TMP/inflight" -X PUT "http://127.0.0.1:$PORT/api" --data-binary "@$TMP/inflight.json" &
+CURL_PID=$!
+sleep 0.3
 kill -TERM $SERVER_PID
 wait $SERVER_PID
 rc=$?
+wait $CURL_PID
 [ $rc = 0 ] && grep -q "megatron-c serve: stopped" "$TMP/serve.err"
 check sigterm_exits_0 $? "exit $rc: $(tail -3 "$TMP/serve.err")"
+got=$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); print(len(a["tokens"]), set(" ".join(map(str, t[8:24])) for t in a["tokens"]))' \
+    "$TMP/inflight" 2>&1)
+[ "$got" = "128 {'$(want greedy 1)'}" ]
+check sigterm_answers_the_request_in_flight $? "$got"
+if ! grep -A100 "SIGTERM" "$TMP/serve.err" | grep -q "PUT /api 200: 128 prompt"; then
+    echo "note: the 128 prompts were done before the signal came (the in-flight case was not met)"
+fi
 curl -s -o /dev/null "http://127.0.0.1:$PORT/api" -X PUT --data-binary '{}'
 [ $? = 7 ]
 check port_closed_after_exit $? "curl still connects"
@@ -208,10 +222,13 @@ wait $SERVER_PID
 
 # ---- tensor parallelism: rank 0 serves, every rank generates ---------------------------------------
 if command -v mpirun > /dev/null; then
-    start_server "$TMP/tp" mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS "$BIN" serve \
+    # a collective timeout of 2 s: the idle heartbeat (every 0.5 s) must keep rank 1 waiting
+    MC_COMM_TIMEOUT_SECONDS=2 start_server "$TMP/tp" mpirun --allow-run-as-root --oversubscribe -np 2 \
+        -x OMP_NUM_THREADS -x MC_COMM_TIMEOUT_SECONDS "$BIN" serve \
         --load "$TMP/ckpt" --port 0 --max-positions 128 "${TOK[@]}" --tensor-model-parallel-size 2 \
         --make-vocab-size-divisible-by 64
     check tp2_server_starts $? "$(tail -3 "$TMP/tp.err")"
+    sleep 3
     code=$(call POST /v1/completions "{\"prompt\": [\"$P1\", \"$P2\"], \"max_tokens\": 16, \"temperature\": 0}")
     got=$(pyq '"|".join(c["text"] for c in a["choices"])')
     [ "$code" = 200 ] && [ "$got" = " $(want greedy 1)| $(want greedy 2)" ]

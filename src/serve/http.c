@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #if MHD_VERSION < 0x00097002
@@ -29,6 +30,7 @@ struct mc_http_server {
     int port;
     int quiesced_fd; /* the listening socket once quiesced (closed after the stop), else -1 */
     atomic_bool started;
+    atomic_int active; /* requests from their headers until their answer is sent */
     char start_error[256]; /* libmicrohttpd's last message while starting */
 };
 
@@ -80,6 +82,7 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
         b = calloc(1, sizeof *b);
         if (!b) return MHD_NO;
         *state = b;
+        atomic_fetch_add(&s->active, 1);
         const char *declared = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (declared && strtoull(declared, NULL, 10) > s->max_body) {
             b->too_large = true;
@@ -115,13 +118,15 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **state, enum MHD_RequestTerminationCode why) {
-    (void)cls;
     (void)c;
     (void)why;
+    mc_http_server *s = cls;
     body *b = *state;
-    if (b) free(b->data);
+    if (!b) return;
+    free(b->data);
     free(b);
     *state = NULL;
+    atomic_fetch_sub(&s->active, 1);
 }
 
 mc_http_server *mc_http_start(const char *host, int port, int max_connections, size_t max_body,
@@ -165,6 +170,9 @@ void mc_http_quiesce(mc_http_server *s) {
 
 void mc_http_stop(mc_http_server *s) {
     if (!s) return;
+    /* libmicrohttpd's stop closes every connection at once: the answers still being written
+     * (their handlers just returned) are let go first, for at most 10 s */
+    for (int i = 0; i < 10000 && atomic_load(&s->active) > 0; i++) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     MHD_stop_daemon(s->daemon);
     if (s->quiesced_fd >= 0) close(s->quiesced_fd);
     free(s);

@@ -31,7 +31,8 @@ mc_http_server *mc_http_start(const char *host, int port, int max_connections, s
 int mc_http_port(const mc_http_server *s);
 /* Closes the listening socket: no new connection from now on (the open ones go on). */
 void mc_http_quiesce(mc_http_server *s);
-/* Closes every connection, once their handlers returned, and frees the server. */
+/* Waits (at most 10 s) until no request is in a handler or having its answer written,
+ * then closes every connection and frees the server. */
 void mc_http_stop(mc_http_server *s);
 
 /* 1 where this build can serve HTTP. */
