@@ -140,8 +140,7 @@ mc_http_server *mc_http_start(const char *host, int port, int max_connections, s
         mc_err_set(err, "--host %s: expected an IPv4 address (127.0.0.1, 0.0.0.0, ...)", host);
         return NULL;
     }
-    mc_http_server *s = calloc(1, sizeof *s);
-    MC_ASSERT(s);
+    mc_http_server *s = mc_xcalloc(1, sizeof *s);
     s->handler = handler;
     s->ctx = ctx;
     s->max_body = max_body;
