@@ -3,7 +3,9 @@
  * waits for the generator) and answers with a status and a JSON body.
  *
  * A body over the cap is answered 413 without the handler (at once when Content-Length
- * says so). In a build without libmicrohttpd, mc_http_start fails saying so. */
+ * says so). Connections have no idle timeout (a handler may wait long for the generator);
+ * at most max_connections are open at once. In a build without libmicrohttpd,
+ * mc_http_start fails saying so. */
 #ifndef MC_SERVE_HTTP_H
 #define MC_SERVE_HTTP_H
 
