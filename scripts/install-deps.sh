@@ -11,10 +11,12 @@ have_header cblas.h || ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h >/dev/
 have_header cjson/cJSON.h   || need+=(libcjson-dev)
 have_header pcre2.h         || need+=(libpcre2-dev)
 have_header zlib.h          || need+=(zlib1g-dev)
+have_header microhttpd.h    || need+=(libmicrohttpd-dev)  # megatron-c serve's HTTP server
 have_header mpi.h || ls /usr/include/x86_64-linux-gnu/mpi/mpi.h /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h >/dev/null 2>&1 \
                             || need+=(libopenmpi-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
 command -v cmake  >/dev/null || need+=(cmake)
+command -v curl   >/dev/null || need+=(curl)               # tests/test_serve.sh's client
 command -v gcc    >/dev/null || need+=(gcc)
 command -v make   >/dev/null || need+=(make)
 gcc -fopenmp -x c -o /dev/null - <<<'int main(void){return 0;}' >/dev/null 2>&1 || need+=(libgomp1)

@@ -20,7 +20,8 @@ declare -A ALLOWED=(
     [ckpt]="base tensor comm model optim io ckpt"
     [train]="base tensor backend/cpu backend/cuda comm tokenizer data io model optim ckpt train"
     [generate]="base tensor comm tokenizer data io model optim ckpt train generate"
-    [cli]="base tensor comm tokenizer data io model optim ckpt train generate cli"
+    [serve]="base tensor comm tokenizer generate serve"
+    [cli]="base tensor comm tokenizer data io model optim ckpt train generate serve cli"
 )
 layer_of() { # a path under src/ -> its layer
     local p=${1#src/}

@@ -18,7 +18,9 @@ for b in "${BINS[@]}"; do
     [ -x "$BUILD/$b" ] || { echo "missing $BUILD/$b"; exit 1; }
     strip -o ".carry/gpu/bin/$b" "$BUILD/$b"
 done
-# Non-system libraries the binaries need (not glibc, not CUDA's).
+# Non-system libraries the binaries need (not glibc, not CUDA's): every one ldd lists, so
+# also libmicrohttpd (`serve`) and the GnuTLS it links, which that machine lacks; they are
+# found there through carried_env.sh's LD_LIBRARY_PATH.
 ldd .carry/gpu/bin/megatron-c | awk '/=>/ {print $3}' | grep -vE 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libcuda\.so|libcudart|libcublas|libstdc\+\+|libgcc_s' |
     while read -r lib; do cp -L "$lib" .carry/gpu/lib/; done
 # The CUPTI kernel tracer (tools/kernel_trace.c) and the CUPTI it was built against, apart

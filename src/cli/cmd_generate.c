@@ -26,21 +26,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/args.h"
 #include "base/error.h"
-#include "base/file.h"
 #include "base/log.h"
-#include "base/timer.h"
-#include "ckpt/ckpt.h"
+#include "cli/cli_model.h"
 #include "cli/commands.h"
-#include "data/data.h"
 #include "comm/comm.h"
+#include "generate/generator.h"
 #include "megatron.h"
 #include "tokenizer/tokenizer.h"
-#include "generate/generator.h"
-#include "train/convert.h"
 
 typedef struct gen_flags {
     char *load_hf, *prompt, *prompt_ids, *prompts_file;
@@ -66,13 +61,6 @@ static const mc_arg_spec k_flags[] = {
 };
 #undef F
 #define NFLAGS ((int)(sizeof k_flags / sizeof k_flags[0]))
-
-/* 0: not generate's; 1: a switch; 2: a flag with a value */
-static int own_flag(const char *a) {
-    for (int i = 0; i < NFLAGS; i++)
-        if (!strcmp(a, k_flags[i].name)) return k_flags[i].kind == MC_ARG_TRUE ? 1 : 2;
-    return 0;
-}
 
 /* The prompts as token ids (malloc'd arrays), from the one source given. */
 typedef struct prompt_set {
@@ -149,14 +137,6 @@ static void read_prompts(prompt_set *p, const gen_flags *g, const mc_tokenizer *
                              p->ids[i].data[k], vocab);
 }
 
-static mc_tokenizer *open_tokenizer(const mc_config *cfg) {
-    mc_tokenizer_options opt = mc_data_tokenizer_options(cfg);
-    mc_tokenizer *tok;
-    mc_err err;
-    if (mc_tokenizer_open(&tok, &opt, &err) != MC_OK) mc_die_usage("generate: %s", err.msg);
-    return tok;
-}
-
 /* Each token of a one-prompt continuation as it comes, printed: all the tokens so far
  * decoded again, less what was printed (a token may complete a character that an earlier
  * one began). */
@@ -183,15 +163,6 @@ static bool on_token(void *p, int i, int32_t token) {
     return true;
 }
 
-/* --load-hf's temporary checkpoint, removed however the command ends (exit, an error's
- * exit, SIGTERM/SIGINT through base/file.h's cleanup list). */
-static char g_tmp_ckpt[4096];
-
-static void remove_tmp_ckpt(void) {
-    mc_err ignored;
-    if (g_tmp_ckpt[0]) mc_remove_tree(g_tmp_ckpt, &ignored);
-}
-
 int mc_cmd_generate(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -202,47 +173,20 @@ int mc_cmd_generate(int argc, char **argv) {
             return 0;
         }
     /* generate's own flags apart, train's to the config parser */
-    char **own = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1)), **rest = mc_xmalloc(sizeof(char *) * (size_t)(argc + 1));
-    int nown = 0, nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        int kind = own_flag(argv[i]);
-        if (kind) {
-            own[nown++] = argv[i];
-            if (kind == 2 && i + 1 < argc) own[nown++] = argv[++i];
-        } else {
-            rest[nrest++] = argv[i];
-        }
-    }
+    mc_cli_argv_split args = mc_cli_split_flags(k_flags, NFLAGS, argc, argv);
     gen_flags g = {.max_new_tokens = 64, .top_p = 1.0};
     mc_err err;
-    if (mc_args_parse(k_flags, NFLAGS, &g, nown, own, NULL, false, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    if (mc_args_parse(k_flags, NFLAGS, &g, args.nown, args.own, NULL, false, &err) != MC_OK)
+        mc_die_usage("%s", err.msg);
     if (g.max_new_tokens < 1) mc_die_usage("--max-new-tokens must be >= 1");
     if (g.batch_size < 0) mc_die_usage("--batch-size must be >= 0 (0: all the prompts together)");
     if (g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0 && g.top_p <= 1))
         mc_die_usage("generate: --temperature >= 0, --top-k >= 0 and --top-p in (0, 1] please");
     mc_config cfg;
     mc_config_init(&cfg);
-    if (mc_config_parse_args(&cfg, nrest, rest, &err) != MC_OK) mc_die_usage("%s", err.msg);
-    if (!!cfg.ckpt.load == !!g.load_hf) mc_die_usage("generate: give one of --load DIR and --load-hf DIR");
-    if (g.load_hf) { /* imported into a temporary checkpoint of this process, removed at exit */
-        snprintf(g_tmp_ckpt, sizeof g_tmp_ckpt, "%s/megatron-c-generate-%ld", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (long)getpid());
-        atexit(remove_tmp_ckpt);
-        mc_cleanup_register(g_tmp_ckpt);
-        mc_cleanup_on_signals();
-        mc_convert_opts co = {.input = g.load_hf, .output = g_tmp_ckpt, .make_vocab_size_divisible_by = 128,
-                              .shard_bytes = 5000000000ll};
-        if (mc_convert(&co, &err) != MC_OK) mc_die_usage("--load-hf: %s", err.msg);
-        free(cfg.ckpt.load);
-        cfg.ckpt.load = mc_xstrdup(g_tmp_ckpt);
-    }
-    int64_t it;
-    if (mc_ckpt_read_model_config(cfg.ckpt.load, &cfg.model, &it, &err) != MC_OK)
-        mc_die_usage("%s %s", g.load_hf ? "--load-hf" : "--load", err.msg);
-    /* the user's tokenizer (default: the Null one, text as ids), over the model's vocabulary */
-    mc_config probe = cfg;
-    if (probe.data.tokenizer_type == MC_TOKENIZER_NONE) probe.data.tokenizer_type = MC_TOKENIZER_NULL;
-    mc_tokenizer *tok = open_tokenizer(&probe);
+    if (mc_config_parse_args(&cfg, args.nrest, args.rest, &err) != MC_OK) mc_die_usage("%s", err.msg);
+    mc_cli_load_model(&cfg, g.load_hf, true, "generate");
+    mc_tokenizer *tok = mc_cli_open_tokenizer(&cfg, "generate");
     prompt_set ps = {0};
     read_prompts(&ps, &g, tok, cfg.model.vocab_size);
     /* the positions: the longest prompt and its continuation (learned positions cap it; the
@@ -307,5 +251,6 @@ int mc_cmd_generate(int argc, char **argv) {
     for (int i = 0; i < ps.n; i++) free(seqs[i].out);
     free(seqs);
     mc_generator_free(gen);
+    mc_cli_argv_split_free(&args);
     return rc;
 }

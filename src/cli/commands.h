@@ -18,5 +18,6 @@ int mc_cmd_inspect_data(int argc, char **argv);
 int mc_cmd_inspect_ckpt(int argc, char **argv);
 int mc_cmd_convert(int argc, char **argv);
 int mc_cmd_generate(int argc, char **argv);
+int mc_cmd_serve(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const mc_command k_commands[] = {
     {"inspect-data", mc_cmd_inspect_data, "print the samples a training run would see, as JSON lines"},
     {"inspect-ckpt", mc_cmd_inspect_ckpt, "what a checkpoint holds; --verify checks every file's checksums"},
     {"generate", mc_cmd_generate, "continue prompts with a trained model (--load) or a Hugging Face one (--load-hf)"},
+    {"serve", mc_cmd_serve, "serve a model over HTTP: Megatron's PUT /api and OpenAI's POST /v1/completions"},
     {"convert", mc_cmd_convert, "Hugging Face model directory <-> Megatron-C checkpoint (--to hf|megatron-c)"},
 };
 #define NCOMMANDS ((int)(sizeof k_commands / sizeof k_commands[0]))

@@ -408,6 +408,13 @@ void mc_comm_barrier(mc_group *g) {
     mc_mpi_barrier(transport(g, "barrier"));
 }
 
+void mc_comm_broadcast_host(mc_group *g, void *buf, size_t bytes, int root) {
+    MC_ASSERT(root >= 0 && root < g->size, "broadcast on group %s (size %d): root %d is not a group rank", g->name,
+              g->size, root);
+    if (g->size == 1 || bytes == 0) return;
+    mc_mpi_broadcast_idle(transport(g, "broadcast"), buf, bytes, root);
+}
+
 /* ---- async ---- */
 
 #define MC_WORK_POOL 1024

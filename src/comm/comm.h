@@ -190,6 +190,11 @@ bool mc_comm_test(mc_comm_work *w);
 /* ---- collectives on host memory (losses, norms, counters), always over MPI ---- */
 void mc_comm_all_reduce_host_f64(mc_group *g, double *vals, int n, mc_reduce_op op);
 void mc_comm_barrier(mc_group *g);
+/* root's bytes (root a group rank) copied to every rank of the group: requests and other
+ * host-side messages, whatever the backend (the CUDA backend's mc_comm_broadcast is NCCL's,
+ * on device memory). A rank waits for them asleep, polling every 0.2 ms, not spinning as
+ * MPI's blocking calls do: for ranks that may wait long (a server's, between requests). */
+void mc_comm_broadcast_host(mc_group *g, void *buf, size_t bytes, int root);
 
 /* ---- consistency checks ---- */
 /* Checks that `value` (e.g. a hash of the validated config) is the same on every rank of

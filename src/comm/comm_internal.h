@@ -90,6 +90,8 @@ void mc_mpi_reduce_scatter(mc_group_impl *gi, bool async, void *out, const void 
                            mc_reduce_op op);
 void mc_mpi_all_gather(mc_group_impl *gi, bool async, void *out, const void *in, int64_t n_in, mc_dtype dt);
 void mc_mpi_broadcast(mc_group_impl *gi, void *x, size_t bytes, int root);
+/* The same, waiting without spinning (MPI_Test every 0.2 ms, asleep between). */
+void mc_mpi_broadcast_idle(mc_group_impl *gi, void *x, size_t bytes, int root);
 void mc_mpi_sendrecv(mc_group_impl *gi, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
                      int src);
 void mc_mpi_barrier(mc_group_impl *gi);

@@ -44,6 +44,21 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + b"".join(t[3] for t in tensors)
 
 
+def serve_api():
+    """serve's request bodies: the first byte picks the API (0: PUT /api, 1: /v1/completions)."""
+    put("serve_api", "megatron", "0" + json.dumps({
+        "prompts": ["1 2 3", "4 5"], "tokens_to_generate": 4, "temperature": 0.5, "top_k": 3, "top_p": 0.9,
+        "random_seed": 7, "add_BOS": True, "stop_on_eol": False, "stop_on_double_eol": True, "no_log": True,
+        "logprobs": False, "top_p_decay": 0.0, "prevent_newline_after_colon": False}))
+    put("serve_api", "megatron_bad", '0{"prompts": ["1 2", 3], "tokens_to_generate": "4", "beam_width": 2, "x": null}')
+    put("serve_api", "completions", "1" + json.dumps({
+        "model": "m", "prompt": ["1 2", [3, 4]], "max_tokens": 3, "temperature": 0, "top_p": 1, "top_k": 0,
+        "seed": 1, "stop": [" 3", "\n"], "echo": True, "n": 1, "stream": False, "logprobs": None,
+        "presence_penalty": 0, "frequency_penalty": 0, "user": "u"}))
+    put("serve_api", "completions_ids", '1{"prompt": [[5, 6, 7], [299]], "max_tokens": 60, "stop": "\u00e9"}')
+    put("serve_api", "malformed", '1{"prompt": "1 2", "max_tokens": 1e400, "stop": ["a", "b", "c", "d", "e"]')
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     shutil.rmtree(CORPUS, ignore_errors=True)
@@ -128,6 +143,8 @@ def main():
         "--disable-bias-linear", "--bf16", "--lr-decay-style", "cosine", "--lr-warmup-fraction=0.1",
         "--split", "969,30,1", "--global-batch-size", "8", "--clip-grad", "1.0", "--seed", "7"]))
     put("flags", "errors", "\n".join(base + ["--num-layer", "3", "--hidden-dropout", "1.5", "--swiglu=1"]))
+
+    serve_api()
 
     tmp = tempfile.mkdtemp()
     try:
