@@ -15,6 +15,7 @@
 
 #define STEPS_CURVE 200
 #define STEPS_REPEAT 20
+#define CURVE_FLOOR 0.05
 
 static void tiny_llama(mc_config *c) {
     tiny_llama_base(c);
@@ -192,18 +193,27 @@ static void tracks_cpu_fp32_curve(model_fn model, precision p) {
     c.train.device = MC_DEVICE_CUDA_ONLY;
     set_precision(&c, p);
     if (train(&c, STEPS_CURVE, lg, ng)) return;
+    /* Compared while the model learns (fp32 loss above CURVE_FLOOR): once it has memorized
+     * its few batches the losses are ~1e-3 and their relative gaps mean nothing; there both
+     * must just be as low. */
     double worst = 0;
-    int worst_step = 0;
+    int worst_step = 0, compared = 0;
     for (int i = 0; i < STEPS_CURVE; i++) {
+        if (lc[i] < CURVE_FLOOR) continue;
+        compared++;
         double rel = fabs(lg[i] - lc[i]) / lc[i];
         if (rel > worst) {
             worst = rel;
             worst_step = i + 1;
         }
     }
-    printf("   fp32 CPU loss %.4f -> %.4f, %s CUDA %.4f -> %.4f; worst step %d: %.3f%%\n", lc[0],
-           lc[STEPS_CURVE - 1], name, lg[0], lg[STEPS_CURVE - 1], worst_step, 100 * worst);
+    printf("   fp32 CPU loss %.4f -> %.4f, %s CUDA %.4f -> %.4f; over the %d steps above %.2f, worst step %d: %.3f%%\n",
+           lc[0], lc[STEPS_CURVE - 1], name, lg[0], lg[STEPS_CURVE - 1], compared, CURVE_FLOOR, worst_step,
+           100 * worst);
+    CHECK(compared >= 20, "only %d steps above %.2f to compare", compared, CURVE_FLOOR);
     CHECK(worst < 0.02, "%s differs from fp32 by %.3f%% at step %d", name, 100 * worst, worst_step);
+    CHECK(lg[STEPS_CURVE - 1] < CURVE_FLOOR, "%s ends at loss %.4f, fp32 at %.4f", name, lg[STEPS_CURVE - 1],
+          lc[STEPS_CURVE - 1]);
 }
 
 static void test_cuda_bf16_tracks_cpu_fp32_curve(void) { tracks_cpu_fp32_curve(tiny_llama, BF16); }

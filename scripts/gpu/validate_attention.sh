@@ -11,7 +11,9 @@
 #     besides the attention path;
 #  3. attention alone (bench/gpu_attention.sh: ours, ours without cuDNN, PyTorch's SDPA
 #     backends, side by side);
-#  4. with GEN=1: generation speed beside transformers (bench/gpu_generate.sh);
+#  4. with GEN=1: generation speed beside transformers (bench/gpu_generate.sh) at each
+#     batch of GEN_BATCHES (default "1 32"); GEN_TESTS=1 adds tests/test_generate_cli.sh
+#     (its GPU cases) to step 1;
 #  5. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
 #     beside the PyTorch reference trainer.
 # Logs under $OUT, returned as one archive.
@@ -42,6 +44,11 @@ for t in $OWN; do
     (export OMP_NUM_THREADS=$SHARE; MC_ATTN_CUDNN=0 run_gpu_test "$B" "$t" "$OUT/tests_own" > "$OUT/tests_own/$t.summary"
      [ "$GPU_TEST_FAILURES" -eq 0 ] || echo FAILED >> "$OUT/tests_own/$t.summary") &
 done
+if [ "${GEN_TESTS:-0}" = 1 ]; then # generate's GPU cases (greedy = transformers, batched = alone)
+    (timeout "${GPU_TEST_TIMEOUT:-300}" bash tests/test_generate_cli.sh "$B" > "$OUT/tests/generate_cli.log" 2>&1
+     echo "test_generate_cli.sh rc $?: $(tail -1 "$OUT/tests/generate_cli.log")" > "$OUT/tests/generate_cli.summary"
+     grep -q "rc 0:" "$OUT/tests/generate_cli.summary" || echo FAILED >> "$OUT/tests/generate_cli.summary") &
+fi
 wait
 cat "$OUT"/tests/*.summary
 echo "-- our kernels alone:"
@@ -64,7 +71,10 @@ if [ "${ATTN:-1}" = 1 ] && room 60; then
 fi
 if [ "${GEN:-0}" = 1 ] && room 100; then
     echo "== generation speed (bench/gpu_generate.sh) [$(since)]"
-    OUT="$OUT" timeout 150 bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -8
+    for batch in ${GEN_BATCHES:-1 32}; do
+        room 60 || break
+        BATCH=$batch OUT="$OUT/gen_b$batch" timeout 150 bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -8
+    done
 fi
 for group in ${TRAIN-long}; do
     case $group in long) need=200 ;; *) need=60 ;; esac
