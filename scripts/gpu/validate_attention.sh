@@ -13,7 +13,8 @@
 #     backends, side by side);
 #  4. with GEN=1: generation speed beside transformers (bench/gpu_generate.sh) at each
 #     batch of GEN_BATCHES (default "1 32"); GEN_TESTS=1 adds tests/test_generate_cli.sh
-#     (its GPU cases) to step 1;
+#     (its GPU cases) to step 1, and HF_CHECK=CKPT_DIR tools/reference/check_hf_export.py
+#     on that checkpoint with --device cuda;
 #  5. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
 #     beside the PyTorch reference trainer.
 # Logs under $OUT, returned as one archive.
@@ -48,6 +49,13 @@ if [ "${GEN_TESTS:-0}" = 1 ]; then # generate's GPU cases (greedy = transformers
     (timeout "${GPU_TEST_TIMEOUT:-300}" bash tests/test_generate_cli.sh "$B" > "$OUT/tests/generate_cli.log" 2>&1
      echo "test_generate_cli.sh rc $?: $(tail -1 "$OUT/tests/generate_cli.log")" > "$OUT/tests/generate_cli.summary"
      grep -q "rc 0:" "$OUT/tests/generate_cli.summary" || echo FAILED >> "$OUT/tests/generate_cli.summary") &
+fi
+if [ -n "${HF_CHECK:-}" ]; then # a trained checkpoint exported, loaded by transformers, greedy on the GPU
+    (timeout "${GPU_TEST_TIMEOUT:-300}" python3 tools/reference/check_hf_export.py "$B" tests/fixtures/hf \
+         --checkpoint "$HF_CHECK" --device cuda > "$OUT/tests/hf_export.log" 2>&1
+     echo "check_hf_export.py rc $?: $(grep -c '^ok' "$OUT/tests/hf_export.log") ok, $(grep -c '^FAIL' "$OUT/tests/hf_export.log") FAIL" \
+         > "$OUT/tests/hf_export.summary"
+     grep -q "rc 0:" "$OUT/tests/hf_export.summary" || echo FAILED >> "$OUT/tests/hf_export.summary") &
 fi
 wait
 cat "$OUT"/tests/*.summary

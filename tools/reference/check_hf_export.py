@@ -14,6 +14,7 @@ the demo's byte-level tokenizer) equals `megatron-c generate`'s, token for token
 Prints one line per check and `N passed, M failed`; exit status 1 on any failure.
 Needs torch and transformers (the GPU machine has them; any CPU build of torch will do).
     python3 tools/reference/check_hf_export.py BUILD_DIR [FIXTURES_DIR] [--checkpoint DIR --prompt TEXT]
+        [--device cuda: the trained model's check on the GPU, ours and transformers' alike]
 """
 import os
 import subprocess
@@ -25,22 +26,23 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 
-def check_trained(build, ckpt, prompt, new=64):
+def check_trained(build, ckpt, prompt, new=64, device="cpu"):
     """Our greedy continuation of a model we trained against transformers' on its export."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "hf")
         subprocess.run([os.path.join(build, "megatron-c"), "convert", "--input", ckpt, "--output", out, "--to", "hf",
                         "--dtype", "fp32"], check=True, stdout=subprocess.DEVNULL)
-        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+        model = model.to(device).eval()
         ids = list(prompt.encode())
         vocab = model.config.vocab_size
         ours = subprocess.run([os.path.join(build, "megatron-c"), "generate", "--load", ckpt, "--prompt-ids",
                                " ".join(map(str, ids)), "--max-new-tokens", str(new), "--tokenizer-type",
-                               "NullTokenizer", "--vocab-size", str(vocab), "--device", "cpu"],
+                               "NullTokenizer", "--vocab-size", str(vocab), "--device", device],
                               check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         ours = [int(x) for x in ours.split()]
         with torch.no_grad():
-            p = torch.tensor([ids])
+            p = torch.tensor([ids], device=device)
             theirs = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False, max_new_tokens=new,
                                     min_new_tokens=new, pad_token_id=0, eos_token_id=None)[0, len(ids):].tolist()
         same = ours == theirs[:len(ours)] and len(ours) > 0
@@ -61,11 +63,16 @@ def main():
         i = args.index("--prompt")
         prompt = args[i + 1]
         del args[i:i + 2]
+    device = "cpu"
+    if "--device" in args:
+        i = args.index("--device")
+        device = args[i + 1]
+        del args[i:i + 2]
     build = args[0] if args else "build"
     fixtures = args[1] if len(args) > 1 else "tests/fixtures/hf"
     passed = failed = 0
     if ckpt:
-        ok = check_trained(build, ckpt, prompt or "A hacker is ")
+        ok = check_trained(build, ckpt, prompt or "A hacker is ", device=device)
         passed, failed = passed + ok, failed + (not ok)
     for fam in sorted(os.listdir(fixtures)):
         src = os.path.join(fixtures, fam)
