@@ -444,9 +444,15 @@ static int load_from(rig *r, const char *dir, mc_err *err) {
     return rc;
 }
 
+/* A fresh directory under $TMPDIR (or /tmp); the test cannot go on without one. */
 static char *temp_dir(void) {
-    char *d = strdup("/tmp/mc_param_remainders_XXXXXX");
-    CHECK(mkdtemp(d) != NULL, "mkdtemp");
+    const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *d = mc_xmalloc(strlen(base) + 32);
+    sprintf(d, "%s/mc_param_remainders_XXXXXX", base);
+    if (!mkdtemp(d)) {
+        fprintf(stderr, "FAIL: cannot make a temporary directory under %s\n", base);
+        exit(1);
+    }
     return d;
 }
 

@@ -579,3 +579,12 @@ void mc_comm_mark_release(mc_comm_mark *m) {
 }
 
 size_t mc_comm_device_free_bytes(mc_backend *be) { return on_device(be) ? mc_cuda_free_bytes() : 0; }
+
+int mc_comm_agree_on_setup(mc_comm *c, int rc, uint64_t config_hash, const char *what, mc_err *err) {
+    double first_failed = rc == MC_OK ? (double)c->world_size : (double)c->rank;
+    mc_comm_all_reduce_host_f64(&c->world, &first_failed, 1, MC_REDUCE_MIN);
+    if (rc != MC_OK) return MC_ERR;
+    if (first_failed < c->world_size)
+        return mc_err_set(err, "rank %d failed while setting up (its error message says why)", (int)first_failed);
+    return mc_comm_check_same_u64(&c->world, config_hash, what, err);
+}

@@ -202,6 +202,11 @@ void mc_comm_broadcast_host(mc_group *g, void *buf, size_t bytes, int root);
  * first rank whose value differs from group rank 0's:
  *   "<what> differs across ranks: rank 0 has 0x..., rank 3 has 0x..." */
 int mc_comm_check_same_u64(mc_group *g, uint64_t value, const char *what, mc_err *err);
+/* After each rank's setup (rc, its own result): every rank learns whether all succeeded (a
+ * failed rank keeps its message, the others name the first rank that failed), so that all
+ * return an error together instead of waiting in a collective for a rank that has gone;
+ * then that all run the same configuration (config_hash; `what` names it). */
+int mc_comm_agree_on_setup(mc_comm *c, int rc, uint64_t config_hash, const char *what, mc_err *err);
 /* FNV-1a 64-bit hash of bytes, continuing from `seed` (0 to start). */
 uint64_t mc_comm_hash64(const void *data, size_t bytes, uint64_t seed);
 

@@ -72,17 +72,6 @@ static int build(mc_generator *g, int max_batch, mc_err *err) {
     return MC_OK;
 }
 
-/* Every rank learns whether every rank built (the failing one keeps its message) and
- * whether all run the same configuration, before the collective load. */
-static int agree(mc_generator *g, int rc, mc_err *err) {
-    double first_failed = rc == MC_OK ? (double)g->comm.world_size : (double)g->comm.rank;
-    mc_comm_all_reduce_host_f64(&g->comm.world, &first_failed, 1, MC_REDUCE_MIN);
-    if (rc != MC_OK) return MC_ERR;
-    if (first_failed < g->comm.world_size)
-        return mc_err_set(err, "rank %d failed while setting up (its error message says why)", (int)first_failed);
-    return mc_comm_check_same_u64(&g->comm.world, mc_config_hash(&g->cfg), "the generation configuration", err);
-}
-
 static int load_weights(mc_generator *g, mc_err *err) {
     const mc_ckpt_config *k = &g->cfg.ckpt;
     mc_ckpt_state st = {.model = &g->model, .comm = &g->comm, .cfg = &g->cfg};
@@ -160,7 +149,9 @@ mc_generator *mc_generator_create_batched(const mc_config *user, int64_t max_pos
         free(g);
         return NULL;
     }
-    if (agree(g, build(g, max_batch, err), err) != MC_OK || load_weights(g, err) != MC_OK) {
+    const int rc = build(g, max_batch, err);
+    if (mc_comm_agree_on_setup(&g->comm, rc, mc_config_hash(&g->cfg), "the generation configuration", err) != MC_OK ||
+        load_weights(g, err) != MC_OK) {
         mc_generator_free(g);
         return NULL;
     }

@@ -262,19 +262,6 @@ static int setup(mc_trainer *t, mc_err *err) {
     return MC_OK;
 }
 
-/* Every rank learns whether setup succeeded everywhere: a rank that failed keeps its own
- * message, the others name the first rank that failed, and all return an error together
- * instead of waiting in a collective for a rank that has gone. */
-static int agree_on_setup(mc_trainer *t, int rc, mc_err *err) {
-    double first_failed = rc == MC_OK ? (double)t->comm.world_size : (double)t->comm.rank;
-    mc_comm_all_reduce_host_f64(&t->comm.world, &first_failed, 1, MC_REDUCE_MIN);
-    if (rc != MC_OK) return MC_ERR;
-    if (first_failed < t->comm.world_size)
-        return mc_err_set(err, "rank %d failed while setting up (its error message says why)", (int)first_failed);
-    /* The same job on every rank: flags can differ between the command lines of a launch. */
-    return mc_comm_check_same_u64(&t->comm.world, mc_config_hash(&t->cfg), "the training configuration", err);
-}
-
 mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
     mc_trainer *t = mc_xcalloc(1, sizeof *t);
     mc_config_copy(&t->cfg, cfg_in);
@@ -287,7 +274,9 @@ mc_trainer *mc_trainer_create(const mc_config *cfg_in, mc_err *err) {
         return NULL;
     }
     t->saved_iteration = -1;
-    if (agree_on_setup(t, setup(t, err), err) != MC_OK || mc_trainer_setup_checkpoints(t, err) != MC_OK) {
+    const int rc = setup(t, err);
+    if (mc_comm_agree_on_setup(&t->comm, rc, mc_config_hash(&t->cfg), "the training configuration", err) != MC_OK ||
+        mc_trainer_setup_checkpoints(t, err) != MC_OK) {
         mc_trainer_free(t);
         return NULL;
     }
