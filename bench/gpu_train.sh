@@ -152,25 +152,14 @@ floor_run() { # FLOOR=0: none (a shorter call)
     grep '^RESULT' "$OUTDIR/floor_$name.log" || echo "RESULT floor $name FAILED"
 }
 
-# Megatron-C's Llama flags (the shape's own follow)
-LLAMA_ARCH=(--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights
-            --disable-bias-linear)
+# Megatron-C's flags of GPT-2 and the long shapes (GPT2, L3_8B, L2_7B, L3_70B) and LLAMA_ARCH
+source "$HERE/../scripts/gpu/shapes.sh"
+# the 1.5B shape without its --global-batch-size (each run gives its own)
 LLAMA=("${LLAMA_ARCH[@]}" --num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention
        --num-query-groups 8 --ffn-hidden-size 8192 --rotary-base 500000 --vocab-size 128256 --seq-length 2048
        --micro-batch-size 4)
-L3_8B=("${LLAMA_ARCH[@]}" --num-layers 8 --hidden-size 4096 --num-attention-heads 32 --group-query-attention
-       --num-query-groups 8 --ffn-hidden-size 14336 --rotary-base 500000 --vocab-size 128256 --seq-length 8192
-       --micro-batch-size 1 --global-batch-size 1)
-L2_7B=("${LLAMA_ARCH[@]}" --num-layers 8 --hidden-size 4096 --num-attention-heads 32
-       --ffn-hidden-size 11008 --rotary-base 10000 --vocab-size 32000 --seq-length 4096
-       --micro-batch-size 2 --global-batch-size 2)
-L3_70B=("${LLAMA_ARCH[@]}" --num-layers 2 --hidden-size 8192 --num-attention-heads 64 --group-query-attention
-        --num-query-groups 8 --ffn-hidden-size 28672 --rotary-base 500000 --vocab-size 128256 --seq-length 8192
-        --micro-batch-size 1 --global-batch-size 1)
-# GPT-2: Megatron pads the vocabulary to 50304 (--make-vocab-size-divisible-by 128): our run does
-# that slightly larger head; PyTorch and the floor use 50257.
-GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
-      --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
+# GPT2 (shapes.sh): Megatron pads the vocabulary to 50304 (--make-vocab-size-divisible-by 128): our
+# run does that slightly larger head; PyTorch and the floor use 50257.
 # the same shapes for PyTorch and the floor
 T_LLAMA=(--layers 16 --hidden 2048 --heads 32 --kv-heads 8 --ffn 8192 --vocab 128256 --seq 2048 --mbs 4)
 T_L3_8B=(--layers 8 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 128256 --seq 8192 --mbs 1)

@@ -7,14 +7,29 @@ LLAMA=(--num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query
        --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 --seq-length 2048
        --micro-batch-size 4 --global-batch-size 4)
 LLAMA_X8=("${LLAMA[@]:0:${#LLAMA[@]}-1}" 32) # the same with --global-batch-size 32: 8 micro-batches a step
+# the long shapes of issue 21 (bench/gpu_train.sh's "long" group), one micro-batch a step
+LLAMA_ARCH=(--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights
+            --disable-bias-linear)
+L3_8B=("${LLAMA_ARCH[@]}" --num-layers 8 --hidden-size 4096 --num-attention-heads 32 --group-query-attention
+       --num-query-groups 8 --ffn-hidden-size 14336 --rotary-base 500000 --vocab-size 128256 --seq-length 8192
+       --micro-batch-size 1 --global-batch-size 1)
+L2_7B=("${LLAMA_ARCH[@]}" --num-layers 8 --hidden-size 4096 --num-attention-heads 32
+       --ffn-hidden-size 11008 --rotary-base 10000 --vocab-size 32000 --seq-length 4096
+       --micro-batch-size 2 --global-batch-size 2)
+L3_70B=("${LLAMA_ARCH[@]}" --num-layers 2 --hidden-size 8192 --num-attention-heads 64 --group-query-attention
+        --num-query-groups 8 --ffn-hidden-size 28672 --rotary-base 500000 --vocab-size 128256 --seq-length 8192
+        --micro-batch-size 1 --global-batch-size 1)
 GPT2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
       --vocab-size 50257 --micro-batch-size 64 --global-batch-size 64 --openai-gelu)
-shape_flags() { # shape name (llama, llama-x8, gpt2): sets FLAGS, or says what is known and fails
+shape_flags() { # shape name (llama, llama-x8, gpt2, llama3-8b-8l, llama2-7b-8l, llama3-70b-2l): sets FLAGS, or fails
     case $1 in
     llama) FLAGS=("${LLAMA[@]}") ;;
     llama-x8) FLAGS=("${LLAMA_X8[@]}") ;;
     gpt2) FLAGS=("${GPT2[@]}") ;;
-    *) echo "unknown shape '$1' (llama, llama-x8 or gpt2)" >&2; return 2 ;;
+    llama3-8b-8l) FLAGS=("${L3_8B[@]}") ;;
+    llama2-7b-8l) FLAGS=("${L2_7B[@]}") ;;
+    llama3-70b-2l) FLAGS=("${L3_70B[@]}") ;;
+    *) echo "unknown shape '$1' (llama, llama-x8, gpt2, llama3-8b-8l, llama2-7b-8l or llama3-70b-2l)" >&2; return 2 ;;
     esac
 }
 common_flags() { # iterations: sets COMMON

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a training step's time goes on the GPU machine, as the kernels really run: the
 # CUPTI tracer (tools/kernel_trace.c, packed by carry_build.sh into lib/trace/) on the
-# 1.5B and GPT-2 bench shapes, summarized by tools/trace_summary.py (each steady
+# bench shapes (TRACE_SHAPES: llama, gpt2 or a name shapes.sh knows), summarized by tools/trace_summary.py (each steady
 # iteration's busy and idle time, the largest gaps, the kernels grouped by name), with
 # nvidia-smi's clocks and power sampled alongside. Logs under $OUT/trace.
 #   [TRACE_BIN=megatron-c binary] [TRACE_TAG=name] [TRACE_SHAPES="llama gpt2"] \
@@ -41,5 +41,6 @@ for shape in ${TRACE_SHAPES:-llama gpt2}; do
     case $shape in
     llama) trace llama "${LLAMA[@]}" "$@" ;;
     gpt2) trace gpt2 "${GPT2[@]}" "$@" ;;
+    *) shape_flags "$shape" && trace "$shape" "${FLAGS[@]}" "$@" ;;
     esac
 done

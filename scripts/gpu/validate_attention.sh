@@ -15,11 +15,12 @@
 #     batch of GEN_BATCHES (default "1 32"); GEN_TESTS=1 adds tests/test_generate_cli.sh
 #     (its GPU cases) to step 1, and HF_CHECK=CKPT_DIR tools/reference/check_hf_export.py
 #     on that checkpoint with --device cuda;
-#  5. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
+#  5. with TRACE="shape ...": the CUPTI kernel trace of our step (scripts/gpu/trace.sh) on each;
+#  6. the training benchmark (bench/gpu_train.sh) for each group or shape in TRAIN, each
 #     beside the PyTorch reference trainer.
 # Logs under $OUT, returned as one archive.
 #   OUT=... [BUDGET=570] [TESTS="test_..."] [OWN_TESTS="test_..."] [AB_BRANCH=name]
-#   [AB_SHAPES="llama gpt2"] [ATTN=1] [GEN=0] [TRAIN="long", "" for none] bash scripts/gpu/validate_attention.sh
+#   [AB_SHAPES="llama gpt2"] [ATTN=1] [GEN=0] [TRACE=""] [TRAIN="long", "" for none] bash scripts/gpu/validate_attention.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source scripts/gpu/carried_env.sh
@@ -83,6 +84,10 @@ if [ "${GEN:-0}" = 1 ] && room 100; then
         room 60 || break
         BATCH=$batch OUT="$OUT/gen_b$batch" timeout 150 bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -8
     done
+fi
+if [ -n "${TRACE:-}" ] && room 60; then # where our step's time goes (scripts/gpu/trace.sh), per shape
+    echo "== kernel trace: $TRACE [$(since)]"
+    TRACE_SHAPES="$TRACE" OUT="$OUT" timeout 150 bash scripts/gpu/trace.sh 2>&1 | grep -v '^ *#' | head -${TRACE_LINES:-45}
 fi
 for group in ${TRAIN-long}; do
     case $group in long) need=200 ;; *) need=60 ;; esac
