@@ -75,6 +75,7 @@ static void gradcheck(mc_config *cfg, bool segments) {
     mc_backend *be = mc_backend_cpu_create();
     mc_model m;
     mc_model_options mo = mc_model_options_from_config(cfg, 1, MC_F64, MC_F64, MC_F64, 2, NULL);
+    mo.keep_activations_apart = true; /* the perturbed passes run while the analytic gradients are held */
     CHECK(mc_model_create(&m, &mo, be, &comm, &err) == MC_OK, "%s", err.msg);
     mc_model_init_params(&m, 42);
     /* Perturb every parameter (norm weights 1 and zero biases make weak checks). */
@@ -249,6 +250,7 @@ static void test_llama_head_chunks(void) {
     mc_backend *be = mc_backend_cpu_create();
     mc_model m;
     mc_model_options mo = mc_model_options_from_config(&c, 1, MC_F64, MC_F64, MC_F64, 2, NULL);
+    mo.keep_activations_apart = true; /* the perturbed passes run while the analytic gradients are held */
     CHECK(mc_model_create(&m, &mo, be, &comm, &err) == MC_OK, "%s", err.msg);
     mc_model_init_params(&m, 42);
     double *p = m.param_buf, *g = m.grad_buf;

@@ -238,6 +238,7 @@ static void rig_init(rig *r, mc_dtype pdt, bool remainders) {
     if (!r->ok) return;
     r->be = mc_backend_cpu_create();
     mc_model_options mo = mc_model_options_from_config(&r->cfg, 1, pdt, MC_F32, MC_F32, 1, NULL);
+    mo.keep_activations_apart = true; /* rig_step writes the gradients as no pass would: all after the reset */
     r->ok = mc_model_create(&r->m, &mo, r->be, &r->comm, &err) == MC_OK;
     CHECK(r->ok, "%s", err.msg);
     if (!r->ok) return;

@@ -65,7 +65,9 @@ static void borrow_range(const mc_model *m, int64_t *lo, int64_t *hi) {
     const mc_param *o = &m->params[m->out_w];
     int64_t after = (o->offset + o->numel + 63) / 64 * 64;
     if (after > m->numel) after = m->numel;
-    if (o->offset >= m->numel - after) *lo = 0, *hi = o->offset;
+    /* not the hosted range: the layers' activations live there while the head runs */
+    const int64_t first = (m->host_hi + 63) / 64 * 64;
+    if (o->offset - first >= m->numel - after) *lo = first, *hi = o->offset;
     else *lo = after, *hi = m->numel;
 }
 
@@ -168,8 +170,11 @@ static void plan_inference(mc_model *m, mc_arena *a) {
     if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
 }
 
-/* The whole activation plan; run once on a measuring arena, once on the real one. */
-static void plan_activations(mc_model *m, mc_arena *a) {
+/* The whole activation plan; run once on measuring arenas, once on the real ones. `keep`
+ * holds what outlives a pass or is read by the embedding's backward (the RoPE tables, the
+ * residual-stream gradient dres, dtmp), `a` the rest, which may live in the embedding's
+ * gradient (mc_model.host_hi); without hosting both are the one arena. */
+static void plan_activations(mc_model *m, mc_arena *keep, mc_arena *a) {
     if (m->inference) {
         plan_inference(m, a);
         return;
@@ -178,8 +183,13 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     int64_t N = m->max_batch * m->seq, h = c->hidden_size, d = c->kv_channels;
     int64_t Nl = m->sp ? N / m->tp : N; /* residual-stream tokens on this rank */
     mc_dtype at = m->act_dtype, st = mc_stat_dtype(at);
-    size_t plan_start = a->used;
+    size_t plan_start = a->used, keep_start = keep->used;
     bool ln = c->normalization == MC_NORM_LAYERNORM;
+    /* Backward's residual-stream gradient, and the [N, h] temporary of forward, head and
+     * backward (dtmp). */
+    m->dres = alloc2(keep, at, Nl, h);
+    m->dtmp = alloc2(keep, at, N, h);
+    const size_t kept_apart = keep == a ? 0 : keep->used - keep_start;
     /* Residual stream: res[l] is the input of layer l, res[L] the final residual. */
     mc_tensor prev = alloc2(a, at, Nl, h);
     m->emb_out = prev;
@@ -202,10 +212,6 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->yf = alloc2(a, at, N, h);
     m->meanf = ln ? alloc1(a, st, Nl) : mc_tensor_none();
     m->rstdf = alloc1(a, st, Nl);
-    /* Backward's residual-stream gradient, and the [N, h] temporary of forward, head and
-     * backward (dtmp). */
-    m->dres = alloc2(a, at, Nl, h);
-    m->dtmp = alloc2(a, at, N, h);
     /* The layers' backward scratch (their gradients, the norm output and the rewritten
      * activation) and the LM head's logits chunk are never live at once: the head runs after
      * the last layer's forward and before the first layer's backward. They share bytes (0.4
@@ -215,7 +221,9 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->datt = alloc2(a, at, N, (int64_t)m->heads_local * d);
     m->dact = alloc2(a, at, N, m->ffn_local);
     m->ytmp = alloc2(a, at, N, h);
-    m->act_tmp = m->recompute_act ? alloc2(a, at, N, m->ffn_local) : mc_tensor_none();
+    /* SwiGLU's backward writes the activation again over dact, element by element after
+     * reading it (mc_op_swiglu_bwd); the recomputed GELU needs both at once. */
+    m->act_tmp = !m->recompute_act ? mc_tensor_none() : c->swiglu ? m->dact : alloc2(a, at, N, m->ffn_local);
     size_t scratch = a->used - shared_from;
     bool gpu = m->be->device == MC_DEVICE_CUDA;
     const int64_t lend = gpu && m->out_w >= 0 ? borrow_rows(m) : 0; /* rows the gradient buffer lends */
@@ -226,7 +234,7 @@ static void plan_activations(mc_model *m, mc_arena *a) {
                        .micro_batches = m->micro_batches,
                        .elem = mc_dtype_size(at),
                        .scratch = scratch,
-                       .kept = shared_from - plan_start};
+                       .kept = shared_from - plan_start + kept_apart};
     int64_t chunk = mc_model_head_chunk(&hp);
     m->head_chunk = chunk;
     mc_arena_rewind(a, shared_from);
@@ -244,7 +252,31 @@ static void plan_activations(mc_model *m, mc_arena *a) {
     m->stats = alloc2(a, st, 2, rows_max);
     m->tok_loss = alloc1(a, st, N); /* every token's loss, copied to the host once per pass */
     mc_model_set_first_head_chunk(m, first);
-    if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, a);
+    if (c->position_embedding_type == MC_POS_ROPE) build_rope_tables(m, keep);
+}
+
+/* Whether a training pass's activations may live in the embedding's gradient: it is written
+ * by the pass's last op (the embedding's backward, which reads only dres and dtmp of them),
+ * and read by the step after it, before the next pass; so with one micro-batch a step (the
+ * gradient of the first is not held while the second runs) and an output layer of its own
+ * (a tied one's gradient is written by the head, first). PyTorch likewise allocates the
+ * gradients only as the backward frees the activations. */
+static bool hosting_possible(const mc_model *m, const mc_model_options *o) {
+    return !o->inference && !o->keep_activations_apart && o->micro_batches == 1 && m->out_w != m->emb_w;
+}
+
+/* Plans the activations on measuring arenas: act_bytes, and with hosting the bytes that
+ * live in the embedding's gradient (act_hosted) and the rest (act_keep_bytes). */
+static void measure_activations(mc_model *m, bool host) {
+    mc_arena body, keep;
+    mc_arena_init_measure(&body, "activations (plan)");
+    mc_arena_init_measure(&keep, "activations kept apart (plan)");
+    m->host_hi = host ? m->params[m->emb_w].numel : 0; /* borrow_range reads it while planning */
+    plan_activations(m, host ? &keep : &body, &body);
+    const size_t room = (size_t)m->host_hi * mc_dtype_size(m->grad_dtype);
+    m->act_hosted = body.peak < room ? body.peak : room / MC_ARENA_ALIGN * MC_ARENA_ALIGN;
+    m->act_keep_bytes = keep.peak;
+    m->act_bytes = keep.peak + body.peak;
 }
 
 /* Whether every size of the model can be counted in 64 bits. A bound in double (which
@@ -302,18 +334,22 @@ int mc_model_plan(mc_model *m, const mc_model_options *o, mc_backend *be, mc_com
 
     mc_model_build_table(m, &o->layout);
     m->acts = mc_xcalloc((size_t)c->num_layers, sizeof(mc_layer_acts));
-    mc_arena measure;
-    mc_arena_init_measure(&measure, "activations (plan)");
-    plan_activations(m, &measure);
-    m->act_bytes = measure.peak;
+    measure_activations(m, hosting_possible(m, o));
     return MC_OK;
 }
 
 void mc_model_bytes(const mc_model *m, size_t *params, size_t *grads, size_t *acts) {
     *params = (size_t)m->numel * mc_dtype_size(m->param_dtype);
     *grads = m->inference ? 0 : (size_t)m->numel * mc_dtype_size(m->grad_dtype);
-    *acts = m->act_bytes;
+    *acts = m->act_bytes - m->act_hosted;
 }
+
+/* An arena over memory someone else owns: the hosted activations' block. */
+static void *fixed_memory(void *ctx, size_t bytes) {
+    (void)bytes;
+    return ctx;
+}
+static void not_freed(void *ctx, void *p) { (void)ctx, (void)p; }
 
 void mc_model_alloc(mc_model *m) {
     mc_backend *be = m->be;
@@ -321,14 +357,28 @@ void mc_model_alloc(mc_model *m) {
     mc_model_bytes(m, &params, &grads, &acts);
     m->param_buf = be->alloc(be, params);
     be->zero(be, m->param_buf, params);
-    if (!m->inference) { /* before the activations: the first backward's head borrows from it */
-        m->grad_buf = be->alloc(be, grads);
-        be->zero(be, m->grad_buf, grads);
-    }
     mc_arena_allocator backend_memory = mc_backend_arena_allocator(be);
-    mc_arena_init(&m->act_arena, "activations", &backend_memory, acts);
-    plan_activations(m, &m->act_arena);
-    m->act_bytes = m->act_arena.capacity;
+    if (m->host_hi > 0) {
+        /* One block: the activations that do not fit the embedding's gradient, then the
+         * gradient buffer, the embedding's first; the activations run from the block's start
+         * into that gradient. */
+        const size_t body = m->act_bytes - m->act_keep_bytes, spill = body - m->act_hosted;
+        m->grad_block = be->alloc(be, spill + grads);
+        m->grad_buf = (char *)m->grad_block + spill;
+        be->zero(be, m->grad_buf, grads);
+        mc_arena_allocator hosted = {.alloc = fixed_memory, .free = not_freed, .ctx = m->grad_block};
+        mc_arena_init(&m->act_keep, "activations kept apart", &backend_memory, m->act_keep_bytes);
+        mc_arena_init(&m->act_arena, "activations", &hosted, body);
+        plan_activations(m, &m->act_keep, &m->act_arena);
+    } else {
+        if (!m->inference) { /* before the activations: the first backward's head borrows from it */
+            m->grad_buf = be->alloc(be, grads);
+            be->zero(be, m->grad_buf, grads);
+        }
+        mc_arena_init(&m->act_arena, "activations", &backend_memory, m->act_bytes);
+        plan_activations(m, &m->act_arena, &m->act_arena);
+        m->act_bytes = m->act_arena.capacity;
+    }
     if (m->inference) return;
     size_t ntok = (size_t)(m->max_batch * m->seq);
     m->host_loss = mc_xmalloc(sizeof(double) * ntok); /* room for F32 or F64 elements */
@@ -366,11 +416,13 @@ static void zero_gaps(mc_model *m, int64_t lo, int64_t hi) {
 }
 
 void mc_model_zero_grads(mc_model *m) {
-    if (m->head_chunk_first > 0) { /* the borrowed range: zeroed by the next backward, after its head */
-        zero_gaps(m, 0, m->borrow_lo);
+    /* the hosted range is zeroed by the next backward, before the embedding's (which adds),
+     * the borrowed one after its head */
+    if (m->head_chunk_first > 0) {
+        zero_gaps(m, m->host_hi, m->borrow_lo);
         zero_gaps(m, m->borrow_hi, m->numel);
     } else {
-        zero_gaps(m, 0, m->numel);
+        zero_gaps(m, m->host_hi, m->numel);
     }
     m->grads_reset = true;
     m->grads_held = false;
@@ -378,11 +430,15 @@ void mc_model_zero_grads(mc_model *m) {
 
 void mc_model_zero_borrowed(mc_model *m) { zero_gaps(m, m->borrow_lo, m->borrow_hi); }
 
+void mc_model_zero_hosted(mc_model *m) { zero_gaps(m, 0, m->host_hi); }
+
 void mc_model_free(mc_model *m) {
     if (!m->be) return;
     mc_arena_free(&m->act_arena);
+    mc_arena_free(&m->act_keep);
     m->be->free(m->be, m->param_buf);
-    if (m->grad_buf) m->be->free(m->be, m->grad_buf);
+    if (m->grad_block) m->be->free(m->be, m->grad_block);
+    else if (m->grad_buf) m->be->free(m->be, m->grad_buf);
     free(m->params);
     free(m->buckets);
     free(m->layers);

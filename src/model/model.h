@@ -99,6 +99,9 @@ typedef struct mc_model_options {
      * sequences of one token (a decode step) or one sequence of up to seq_length (a prompt, a
      * recomputed window). Without sequence parallelism. */
     bool inference;
+    /* Keep the activations in memory of their own even where a training pass's could live in
+     * the embedding's gradient (mc_model.host_hi); the same results, for tests. */
+    bool keep_activations_apart;
 } mc_model_options;
 
 /* Callbacks that let data parallelism overlap with the passes (all optional). */
@@ -173,6 +176,14 @@ typedef struct mc_model {
 
     void *param_buf;      /* [numel] param_dtype */
     void *grad_buf;       /* [numel] grad_dtype; NULL in an inference model */
+    /* Gradient elements [0, host_hi) (the embedding's) hold act_hosted bytes of a training
+     * pass's activations until its embedding backward zeroes and writes them (0: none; see
+     * model.c's hosting_possible). The activations that do not fit come just before
+     * grad_buf in one allocation, grad_block; the rest (act_keep_bytes) in act_keep. */
+    int64_t host_hi;
+    size_t act_hosted, act_keep_bytes;
+    void *grad_block;
+    mc_arena act_keep;
     /* Set by mc_model_zero_grads: the next backward overwrites the grad_overwritten
      * gradients (whose contents are stale until then) instead of accumulating. */
     bool grads_reset;

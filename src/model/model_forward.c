@@ -514,6 +514,9 @@ static pass_ctx make_pass(mc_model *m, const mc_microbatch *mb, bool train, uint
                                    : mb->seq == m->seq;
     MC_ASSERT(fits && mb->batch >= 1 && mb->batch <= m->max_batch, "micro-batch [%lld, %lld] vs plan [%lld, %lld]",
               (long long)mb->seq, (long long)mb->batch, (long long)m->seq, (long long)m->max_batch);
+    MC_ASSERT(!(m->host_hi > 0 && m->grads_held),
+              "a pass would overwrite the embedding's gradient, where a training pass's activations live with one "
+              "micro-batch a step: take the optimizer step (or mc_model_zero_grads) after each backward");
     pass_ctx p = {.m = m, .be = m->be, .S = mb->seq, .B = mb->batch, .N = mb->seq * mb->batch,
                   .train = train, .acc = !m->grads_reset, .stream = stream, .mb = mb};
     p.Nl = m->sp ? p.N / m->tp : p.N;
@@ -537,6 +540,7 @@ static void forward_backward(mc_model *m, const mc_microbatch *mb, bool backward
         layer_bwd(&p, l);
         grads_ready(m, layer_lo(m, l));
     }
+    if (m->host_hi > 0) mc_model_zero_hosted(m); /* the activations there are dead now */
     embedding_bwd(&p);
     m->grads_reset = false;
     m->grads_held = true;

@@ -12,6 +12,8 @@ void mc_model_build_table(mc_model *m, const mc_model_layout *layout);
 /* Zeroes the gradient range the first backward's head borrowed (mc_model.borrow_lo..hi) but
  * its grad_overwritten parameters, after that head. */
 void mc_model_zero_borrowed(mc_model *m);
+/* Zeroes the hosted range (mc_model.host_hi), once the activations there are dead. */
+void mc_model_zero_hosted(mc_model *m);
 
 /* What the LM head's chunk (rows of logits at a time) is chosen from: `tokens` a
  * micro-batch, `vocab` logits a row of `elem` bytes; the bytes of the layers' backward

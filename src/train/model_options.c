@@ -1,5 +1,8 @@
 #include "train/model_options.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/log.h"
 
 mc_model_options mc_model_options_from_config(const mc_config *cfg, int dp, mc_dtype param_dtype, mc_dtype grad_dtype,
@@ -17,6 +20,10 @@ mc_model_options mc_model_options_from_config(const mc_config *cfg, int dp, mc_d
         .grad_dtype = grad_dtype,
         .act_dtype = act_dtype,
     };
+    /* MC_KEEP_ACTIVATIONS_APART=1: the activations in memory of their own always (tests
+     * compare the two placements) */
+    const char *apart = getenv("MC_KEEP_ACTIVATIONS_APART");
+    o.keep_activations_apart = apart && strcmp(apart, "0") != 0;
     if (layout) o.layout = *layout;
     return o;
 }

@@ -332,7 +332,8 @@ static void maybe_inject_exit(const mc_trainer *t) {
 }
 
 /* Fault injection for the loss-scaling tests: MC_TEST_INF_GRAD_AT_ITERATION=i[,j...] puts
- * +inf into one gradient (the first element of the first parameter) on world rank
+ * +inf into one gradient (the first element of the final norm's weight: the embedding's
+ * gradient may hold the pass's activations until its backward) on world rank
  * MC_TEST_INF_GRAD_RANK (default 0) before iteration i's backward, as an fp16 overflow
  * would: backward accumulates onto it, and the data-parallel reduction carries it to the
  * ranks that share the gradient. */
@@ -345,7 +346,7 @@ static void maybe_inject_inf_grad(mc_trainer *t) {
         if (end == p) return;
         if (it == t->iteration + 1) {
             const float inf = INFINITY;
-            t->be->copy_h2d(t->be, (float *)t->model.grad_buf + t->model.params[0].offset, &inf, sizeof inf);
+            t->be->copy_h2d(t->be, (float *)t->model.grad_buf + t->model.params[t->model.lnf_w].offset, &inf, sizeof inf);
             return;
         }
         p = *end == ',' ? end + 1 : end;

@@ -58,18 +58,18 @@ static void RNAME(swiglu_fwd)(REAL *restrict y, const REAL *restrict x, int64_t 
 /* dx may alias x (the model writes the fc1 gradient over the saved fc1 output): no restrict
  * on them, and each pair (gate, up) is read before its gradients are written. y (optional)
  * gets the forward's output again, by swiglu_fwd's expression (selective recomputation). */
-static void RNAME(swiglu_bwd)(REAL *dx, REAL *restrict y, const REAL *restrict dy, const REAL *x, int64_t n,
-                              int64_t f) {
+/* y may alias dy: each element of dy is read before y's is written. */
+static void RNAME(swiglu_bwd)(REAL *dx, REAL *y, const REAL *dy, const REAL *x, int64_t n, int64_t f) {
 #pragma omp parallel for schedule(static) if (n * f > 32768)
     for (int64_t t = 0; t < n; t++) {
         const REAL *gate = x + t * 2 * f, *up = gate + f, *dyt = dy + t * f;
         REAL *dgate = dx + t * 2 * f, *dup = dgate + f;
         REAL *yt = y ? y + t * f : NULL;
         for (int64_t j = 0; j < f; j++) {
-            REAL a = gate[j], u = up[j], s = RNAME(sigmoid)(a);
+            REAL a = gate[j], u = up[j], s = RNAME(sigmoid)(a), g = dyt[j];
+            dgate[j] = g * u * s * (1 + a * (1 - s));
+            dup[j] = g * a * s;
             if (yt) yt[j] = a * s * u;
-            dgate[j] = dyt[j] * u * s * (1 + a * (1 - s));
-            dup[j] = dyt[j] * a * s;
         }
     }
 }
