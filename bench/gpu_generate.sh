@@ -3,8 +3,10 @@
 # Megatron-C's `generate` (bf16, its key/value cache) and Hugging Face transformers'
 # generate (shared/bench/hf_generate.py: bf16, SDPA, its KV cache) on the same model shape
 # with random weights, prompt 512 tokens, 128 new ones, greedy, batch 1 (BATCH=32: 32
-# prompts decoded together, ours through --prompts-file). Prints both decode speeds, their
-# ratio and the memory-bandwidth bound (every weight read once a decode step at about
+# prompts decoded together, ours through --prompts-file). Prints both decode speeds (ours
+# also with MC_DECODE_GRAPHS=0, each step op by op instead of a CUDA graph's replay: "ours
+# eager"; and the line saying why, should our graphs have been off), their ratio and the
+# memory-bandwidth bound (every weight read once a decode step at about
 # 4 TB/s, a token for each of the batch's sequences). Our model is the same random Llama
 # written by transformers (so both read the same weights), imported with --load-hf.
 # (transformers' figure counts its prefill in its time, ours does not.)
@@ -34,6 +36,12 @@ for _ in range($B): print(json.dumps({'prompt': ' '.join(str(random.randrange($V
 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" --max-new-tokens "$N" \
     --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" > "$OUTDIR/ours.log" 2>&1
 grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours.log" | tail -1 | sed 's/^/ours: /' || echo "ours: FAILED (see $OUTDIR/ours.log)"
+MC_DECODE_GRAPHS=0 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" \
+    --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" \
+    > "$OUTDIR/ours_eager.log" 2>&1
+grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_eager.log" | tail -1 | sed 's/^/ours eager: /' ||
+    echo "ours eager: FAILED (see $OUTDIR/ours_eager.log)"
+grep -h 'decode graphs off' "$OUTDIR/ours.log"
 python3 "$SHARED_BENCH/hf_generate.py" --layers "$L" --hidden "$H" --heads "$NH" --kv-heads "$KV" --ffn "$F" \
     --vocab "$V" --prompt "$P" --new "$N" --batches "$B" > "$OUTDIR/hf.log" 2>&1
 grep '^RESULT' "$OUTDIR/hf.log" | sed 's/^RESULT/hf:/' || echo "hf: FAILED (see $OUTDIR/hf.log)"

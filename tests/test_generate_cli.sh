@@ -5,8 +5,9 @@
 # --load-hf), also under TP 2; prompts of different lengths continued together give each
 # what it gives alone and transformers' tokens, in all at once, two at a time and under TP
 # 2, greedy and sampled; the key/value cache gives what recomputing the window gives
-# (greedy and sampled); seeded sampling repeats itself; the memory line; bad input is one
-# line, exit 2. (generate/generator.h's own cases, such as ends at the end of document,
+# (greedy and sampled); seeded sampling repeats itself; decode steps replayed from CUDA
+# graphs print what steps run op by op print, and the CPU ignores graphs; the memory line;
+# bad input is one line, exit 2. (generate/generator.h's own cases, such as ends at the end of document,
 # are tests/test_generator.c's.)
 set -u
 BUILD=${1:-build}
@@ -119,6 +120,12 @@ if command -v mpirun > /dev/null; then
 else
     echo "skip greedy_tp2_equals_transformers: no mpirun"
 fi
+# the CPU backend has no graphs: a run asking for them decodes as before and says nothing of them
+MC_DECODE_GRAPHS=1 OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompts-file "$TMP/llama31.ragged.jsonl" \
+    --max-new-tokens 8 "${TOK[@]}" --batch-size 2 2> "$TMP/cpu_graphs.err" | grep '^{' | ids_of > "$TMP/cpu_graphs.ids"
+[ -s "$TMP/cpu_graphs.ids" ] && diff "$TMP/cpu_graphs.ids" "$TMP/llama31.b2.ids" > /dev/null &&
+    ! grep -qi graph "$TMP/cpu_graphs.err"
+check cpu_ignores_decode_graphs $? "$(tail -2 "$TMP/cpu_graphs.err")"
 sample() { OMP_NUM_THREADS=1 "$BIN" generate --load "$TMP/llama31" --prompt "1 2 3" --max-new-tokens 24 --temperature 1 \
     --top-p 0.9 "${TOK[@]}" --seed "$1" 2> /dev/null | grep -v "checkpoint"; }
 # one prompt streams its tokens as they come: the same text as the window recompute prints at the end
@@ -161,6 +168,33 @@ else
         done < "$TMP/$fam.ragged.jsonl"
         [ -s "$TMP/gpu.ids" ] && diff "$TMP/gpu.ids" "$TMP/gpu.alone" > "$TMP/gpu.diff"
         check "gpu_bf16_ragged_batch_equals_alone_$fam" $? "$(head -4 "$TMP/gpu.diff") $(tail -1 "$TMP/gpu.err")"
+    done
+    # decode steps replayed from CUDA graphs print what steps run op by op print
+    # (MC_DECODE_GRAPHS=0), and no capture fails: one prompt (batch 1); prompts of different
+    # lengths all together, two and three at a time (a graph for each batch size, replayed
+    # for the sequences that take the slots next), greedy and sampled. GEMM algorithms are
+    # not timed, so that both runs pick the same ones.
+    graphs_vs_op_by_op() { # FAM TAG ARGS...
+        local fam=$1 tag=$2 rc
+        shift 2
+        MC_GEMM_AUTOTUNE=0 "$BIN" generate --load "$TMP/$fam" "${GTOK[@]}" --bf16 "$@" > "$TMP/graphs.out" \
+            2> "$TMP/graphs.err"
+        rc=$?
+        MC_GEMM_AUTOTUNE=0 MC_DECODE_GRAPHS=0 "$BIN" generate --load "$TMP/$fam" "${GTOK[@]}" --bf16 "$@" \
+            > "$TMP/eager.out" 2> "$TMP/eager.err"
+        [ $rc = 0 ] && [ -s "$TMP/graphs.out" ] && ! grep -q "decode graphs off" "$TMP/graphs.err" &&
+            diff "$TMP/graphs.out" "$TMP/eager.out" > "$TMP/graphs.diff"
+        check "gpu_decode_graphs_equal_op_by_op_${fam}_$tag" $? \
+            "rc $rc $(head -4 "$TMP/graphs.diff") $(grep -E "graphs|rror" "$TMP/graphs.err" | tail -2)"
+    }
+    for fam in gpt2 llama31 mistral; do
+        graphs_vs_op_by_op "$fam" batch1 --prompt "5 6 7" --max-new-tokens 24
+        for b in "" 2 3; do
+            graphs_vs_op_by_op "$fam" "ragged${b:+_batch$b}" --prompts-file "$TMP/$fam.ragged.jsonl" \
+                --max-new-tokens 16 ${b:+--batch-size $b}
+        done
+        graphs_vs_op_by_op "$fam" ragged_batch2_sampled --prompts-file "$TMP/$fam.ragged.jsonl" --max-new-tokens 16 \
+            --batch-size 2 --temperature 0.9 --top-k 50 --seed 11
     done
 fi
 

@@ -1,6 +1,7 @@
 /* decode.c: generation's forwards and token choices over a model (decode.h). */
 #include "generate/decode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,12 @@ void mc_decoder_bytes(const mc_model *m, int slots, int64_t cap, size_t *device,
     *device = (cap > 0 ? mc_kv_cache_bytes(m, cap, slots) : 0) + io + gathered + ids;
     *host = io + ids + (size_t)slots * (size_t)m->padded_vocab * act_size(m) +
             (size_t)m->padded_vocab * (sizeof(float) + sizeof(mc_gen_scored));
+}
+
+/* Whether decode steps replay graphs (decode.h's banner). */
+static bool graphs_wanted(const mc_model *m) {
+    const char *e = getenv("MC_DECODE_GRAPHS");
+    return m->be->graph_capture_begin && m->tp == 1 && !(e && strcmp(e, "0") == 0);
 }
 
 void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap) {
@@ -43,11 +50,20 @@ void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap) {
     d->host_logits = be->host_alloc(be, (size_t)slots * (size_t)m->padded_vocab * act_size(m));
     d->row = mc_xmalloc(sizeof(float) * (size_t)m->padded_vocab);
     d->tmp = mc_xmalloc(sizeof(mc_gen_scored) * (size_t)m->padded_vocab);
+    d->graphs = cap > 0 && graphs_wanted(m);
+    if (d->graphs) {
+        d->graph = mc_xcalloc((size_t)slots, sizeof(void *));
+        d->stepped = mc_xcalloc((size_t)slots, sizeof(bool));
+    }
 }
 
 void mc_decoder_free(mc_decoder *d) {
     if (!d->m) return;
     mc_backend *be = d->be;
+    if (d->graph)
+        for (int n = 0; n < d->slots; n++) be->graph_free(be, d->graph[n]);
+    free(d->graph);
+    free(d->stepped);
     if (d->cache.buf) mc_kv_cache_free(d->m, &d->cache);
     be->free(be, d->mb.tokens.data);
     be->free(be, d->mb.pos.data);
@@ -84,12 +100,44 @@ void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n) {
     mc_model_forward_cached(d->m, &d->mb, &d->cache, slot);
 }
 
+static void step_forward(mc_decoder *d) { mc_model_forward_cached(d->m, &d->mb, &d->cache, 0); }
+
+/* The step's forward over the uploaded tokens recorded as a graph, or NULL when the backend
+ * could not record it: then graphs are off for this decoder, said once on stderr, and the
+ * caller runs the forward op by op (all of it: a failed capture may have run part of it,
+ * which rewrites the same activations and cache entries). */
+static void *step_capture(mc_decoder *d) {
+    mc_backend *be = d->be;
+    mc_err why = {{0}};
+    void *graph = NULL;
+    if (be->graph_capture_begin(be, &why)) {
+        step_forward(d);
+        graph = be->graph_capture_end(be, &why);
+    }
+    if (!graph) {
+        fprintf(stderr, "megatron-c: warning: decode graphs off, every decode step runs op by op: %s\n", why.msg);
+        d->graphs = false;
+    }
+    return graph;
+}
+
 void mc_decoder_step(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos) {
     MC_ASSERT(d->cache.buf && n >= 1 && n <= d->slots, "a decode step over %d slots of %d", n, d->slots);
     memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
     memcpy(d->host_pos, pos, sizeof(int32_t) * (size_t)n);
-    upload(d, 1, n);
-    mc_model_forward_cached(d->m, &d->mb, &d->cache, 0);
+    upload(d, 1, n); /* outside the graph: its buffers are the graph's input */
+    if (!d->graphs) {
+        step_forward(d);
+        return;
+    }
+    void **graph = &d->graph[n - 1];
+    if (!*graph && d->stepped[n - 1]) *graph = step_capture(d);
+    if (*graph) {
+        d->be->graph_launch(d->be, *graph);
+        return;
+    }
+    d->stepped[n - 1] = true;
+    step_forward(d);
 }
 
 void mc_decoder_window(mc_decoder *d, const int32_t *ctx, int len) {

@@ -6,13 +6,22 @@
  * the tokens and positions of a forward (device, uploaded from page-locked host copies)
  * and, for the choice, the rows' logits gathered over tensor parallelism and their greedy
  * ids (device), so that a decode step launches the same work on the same buffers every
- * time (a later CUDA graph can capture it) and waits for the device once, to read back the
- * chosen ids. Only rows drawn by sampling bring their logits to the host, where
- * sample.h draws. Every call is collective over the model's tensor-parallel group and
- * gives every rank the same tokens. */
+ * time and waits for the device once, to read back the chosen ids. Only rows drawn by
+ * sampling bring their logits to the host, where sample.h draws. Every call is collective
+ * over the model's tensor-parallel group and gives every rank the same tokens.
+ *
+ * On a backend with graphs (backend.h; CUDA) and without tensor parallelism (whose
+ * all-reduces stay NCCL calls of their own), a decode step's forward over n slots is
+ * recorded as a graph by the second step over n slots and replayed by every later one:
+ * one launch instead of ~10 a layer, which bound a small batch's step on the host. The
+ * first step over n runs op by op, so that one-time work (cuBLASLt's descriptors and
+ * algorithm timing) happens outside the capture. A capture that fails says why on stderr
+ * once, and the decoder's steps run op by op from then on; so do they all with
+ * MC_DECODE_GRAPHS=0 in the environment (timing, bisection). */
 #ifndef MC_GENERATE_DECODE_H
 #define MC_GENERATE_DECODE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "generate/sample.h"
@@ -31,6 +40,9 @@ typedef struct mc_decoder {
     char *host_logits;    /* page-locked [slots x padded vocab] in the activation dtype: drawn rows */
     float *row;           /* [padded vocab]: one drawn row, widened */
     mc_gen_scored *tmp;   /* [padded vocab]: the sort of a draw */
+    bool graphs;          /* steps replay graphs (the banner) */
+    void **graph;         /* [slots]: graph[n - 1], the step's forward over n slots, or NULL */
+    bool *stepped;        /* [slots]: stepped[n - 1], a step over n slots has run */
 } mc_decoder;
 
 /* Backend and host bytes mc_decoder_init allocates for a decoder over m (cache included). */

@@ -179,6 +179,7 @@ typedef struct mc_op_refusal {
     char expected[96], given[64];
 } mc_op_refusal;
 
+struct mc_err;
 typedef struct mc_backend mc_backend;
 struct mc_backend {
     const char *name;
@@ -307,7 +308,7 @@ struct mc_backend {
     void (*gelu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x, bool tanh);
     void (*gelu_bwd)(mc_backend *, mc_tensor *dx, const mc_tensor *dy, const mc_tensor *x, bool tanh);
     /* y[N,f] = silu(x[:, :f]) * x[:, f:], x [N, 2f] as Megatron's fc1 [gate; up]. The
-     * backward's dx [N, 2f] may alias x; with y (optional, aliasing nothing) it also writes
+     * backward's dx [N, 2f] may alias x; with y (optional; it may alias dy, nothing else) it also writes
      * the forward's output again, bit for bit, for selective recomputation. */
     void (*swiglu_fwd)(mc_backend *, mc_tensor *y, const mc_tensor *x);
     void (*swiglu_bwd)(mc_backend *, mc_tensor *dx, mc_tensor *y, const mc_tensor *dy, const mc_tensor *x);
@@ -409,6 +410,25 @@ struct mc_backend {
      * calls; NULL entry or NULL result: the legacy default stream. */
     void *(*native_stream)(mc_backend *);
 
+    /* ---- graphs: a fixed sequence of ops recorded once and replayed by one launch (CUDA
+     * graphs). Optional: NULL on a backend without them, whose callers run the ops
+     * themselves. ----
+     * Between graph_capture_begin and graph_capture_end the ops this thread issues are
+     * recorded, not run, with the pointers and sizes they are given; no op that returns a
+     * value to the host (sumsq, count_zeros) belongs in a capture. graph_capture_begin
+     * returns false, with the reason in *why, when no capture could start; graph_capture_end
+     * returns the recorded graph, or NULL with the reason when the ops could not be recorded:
+     * a call that synchronizes, allocates, copies to or from host memory or uses scratch
+     * that may move ends the capture there as failed, and it and the ops after it run at
+     * once, so of a failed capture's ops some ran and some did not, and the caller issues
+     * them all again (ops that rewrite what they write). graph_launch queues a graph's ops
+     * as recorded (asynchronous, as ops are), valid while every buffer they use stays
+     * allocated; graph_free releases one once its launches are done. */
+    bool (*graph_capture_begin)(mc_backend *, struct mc_err *why);
+    void *(*graph_capture_end)(mc_backend *, struct mc_err *why);
+    void (*graph_launch)(mc_backend *, void *graph);
+    void (*graph_free)(mc_backend *, void *graph);
+
     /* Backend teardown. */
     void (*destroy)(mc_backend *);
 };
@@ -419,7 +439,6 @@ mc_arena_allocator mc_backend_arena_allocator(mc_backend *be);
 /* The CPU reference backend (OpenMP + OpenBLAS). */
 mc_backend *mc_backend_cpu_create(void);
 /* The CUDA backend for `device` (NULL with a message in err when unavailable). */
-struct mc_err;
 mc_backend *mc_backend_cuda_create(int device, struct mc_err *err);
 /* Whether this build has CUDA and a GPU is visible. */
 bool mc_backend_cuda_available(void);

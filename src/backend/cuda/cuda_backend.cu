@@ -35,6 +35,7 @@ static void report_device_errors(mc_cuda_state *st, const char *op) {
 }
 
 void mc_cuda_sync_checked(mc_cuda_state *st, const char *op) {
+    mc_cuda_capture_refuse(st, op, "waits for the stream");
     MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), op);
     report_device_errors(st, op);
 }
@@ -45,6 +46,7 @@ void mc_cuda_after_launch(mc_cuda_state *st, const char *op, const char *file, i
         mc_assert_fail("kernel launch", file, line, "cuda %s: kernel launch failed: %s (%s)", op, cudaGetErrorString(e),
                        cudaGetErrorName(e));
     if (st->debug_sync) {
+        mc_cuda_capture_refuse(st, op, "waits for every launch (MC_CUDA_DEBUG_SYNC=1)");
         e = cudaStreamSynchronize(st->stream);
         if (e != cudaSuccess)
             mc_assert_fail("kernel execution", file, line, "cuda %s: kernel failed: %s (%s)", op, cudaGetErrorString(e),
@@ -56,6 +58,7 @@ void mc_cuda_after_launch(mc_cuda_state *st, const char *op, const char *file, i
 /* ---- workspace and segment tables ---- */
 
 void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op) {
+    mc_cuda_capture_refuse(st, op, "uses the scratch workspace, which moves when it grows");
     if (bytes <= st->workspace_bytes && st->workspace) return st->workspace;
     size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
     if (want == 0) want = (size_t)1 << 20;
@@ -78,6 +81,7 @@ void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op) {
 }
 
 void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op) {
+    mc_cuda_capture_refuse(st, op, "stages a segment table through host memory");
     /* the previous upload from the pinned staging buffer must have completed */
     if (st->seg_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->seg_event), op);
     if (bytes > st->seg_host_bytes) {
@@ -125,6 +129,7 @@ static void record_alloc(mc_cuda_state *st, void *p, size_t bytes) {
 
 static void *cuda_alloc(mc_backend *be, size_t bytes) {
     mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_capture_refuse(st, "alloc", "allocates device memory");
     size_t real = bytes ? bytes : 1; /* a present tensor needs a non-NULL pointer even when empty */
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, real);
@@ -150,6 +155,7 @@ static void cuda_free(mc_backend *be, void *ptr) {
     MC_ASSERT(i > 0, "cuda free: %p was not allocated by this backend", ptr);
     i--;
     /* kernels in flight may still use the memory; cudaFree does not wait for our stream */
+    mc_cuda_capture_refuse(st, "free", "frees device memory");
     MC_CUDA_CHECK(cudaStreamSynchronize(st->stream), "free");
     MC_CUDA_CHECK(cudaFree(ptr), "free");
     st->allocated -= st->allocs[i].bytes;
@@ -168,6 +174,7 @@ static void cuda_memory_stats(mc_backend *be, size_t *allocated, size_t *max_all
 static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_capture_refuse(st, "copy_h2d", "copies to or from host memory");
     MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st->stream), "copy_h2d");
     mc_cuda_sync_checked(st, "copy_h2d"); /* the caller may reuse src on return */
 }
@@ -175,13 +182,14 @@ static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t byt
 static void cuda_copy_d2h(mc_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_capture_refuse(st, "copy_d2h", "copies to or from host memory");
     MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st->stream), "copy_d2h");
     mc_cuda_sync_checked(st, "copy_d2h");
 }
 
 /* Page-locked, so that cudaMemcpyAsync from or to it is asynchronous for the host. */
 static void *cuda_host_alloc(mc_backend *be, size_t bytes) {
-    (void)be;
+    mc_cuda_capture_refuse(mc_cuda_st(be), "host_alloc", "allocates host memory");
     void *p = NULL;
     MC_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault), "host_alloc");
     return p;
@@ -190,6 +198,7 @@ static void *cuda_host_alloc(mc_backend *be, size_t bytes) {
 static void cuda_host_free(mc_backend *be, void *ptr) {
     if (!ptr) return;
     /* a queued copy may still read or write it */
+    mc_cuda_capture_refuse(mc_cuda_st(be), "host_free", "frees host memory");
     MC_CUDA_CHECK(cudaStreamSynchronize(mc_cuda_st(be)->stream), "host_free");
     MC_CUDA_CHECK(cudaFreeHost(ptr), "host_free");
 }
@@ -197,6 +206,7 @@ static void cuda_host_free(mc_backend *be, void *ptr) {
 static void copy_async(mc_backend *be, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *op) {
     if (!bytes) return;
     mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_capture_refuse(st, op, "copies to or from host memory");
     MC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, st->stream), op);
     MC_CUDA_CHECK(cudaEventRecord(st->copy_event, st->stream), op);
     st->copy_event_recorded = true;
@@ -212,6 +222,7 @@ static void cuda_copy_d2h_async(mc_backend *be, void *dst, const void *src, size
 
 static void cuda_wait_copies(mc_backend *be) {
     mc_cuda_state *st = mc_cuda_st(be);
+    mc_cuda_capture_refuse(st, "wait_copies", "waits for the copies");
     if (st->copy_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->copy_event), "wait_copies");
     report_device_errors(st, "wait_copies");
 }
@@ -444,6 +455,10 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->sumsq_segments = mc_cuda_sumsq_segments;
     be->count_zeros = mc_cuda_count_zeros;
     be->native_stream = cuda_native_stream;
+    be->graph_capture_begin = mc_cuda_graph_capture_begin;
+    be->graph_capture_end = mc_cuda_graph_capture_end;
+    be->graph_launch = mc_cuda_graph_launch;
+    be->graph_free = mc_cuda_graph_free;
 
     be->destroy = cuda_destroy;
     return be;

@@ -15,7 +15,13 @@
  *   __nv_bfloat16 or __half); 16-byte vector paths are taken only when the host has checked the
  *   alignment of every pointer and the divisibility of the row length.
  * - No floating-point atomics, except in the attention backward's fused dQ (which
- *   --deterministic-mode turns off): every other reduction has a fixed order. */
+ *   --deterministic-mode turns off): every other reduction has a fixed order.
+ * - While the stream is captured into a graph (graph.cu) launches are recorded, not run:
+ *   nothing may wait for them, time them or read their results, and the pointers they are
+ *   given are replayed later. So a call that synchronizes, allocates, copies to or from
+ *   host memory or hands out the scratch workspace (which moves when it grows) refuses the
+ *   capture first (mc_cuda_capture_refuse), and GEMM autotuning waits for a call outside
+ *   one. */
 #ifndef MC_BACKEND_CUDA_INTERNAL_H
 #define MC_BACKEND_CUDA_INTERNAL_H
 
@@ -113,6 +119,11 @@ typedef struct mc_cuda_state {
     cudaEvent_t copy_event; /* recorded after the last asynchronous copy (wait_copies) */
     bool copy_event_recorded;
 
+    /* graph capture (graph.cu): the stream is being captured; why the last capture was
+     * refused (mc_cuda_capture_refuse) */
+    bool capturing;
+    char capture_refusal[256];
+
     /* device error word: host-mapped pinned int[4] */
     int *err_host;
     int *err_dev;
@@ -139,6 +150,16 @@ void *mc_cuda_workspace(mc_cuda_state *st, size_t bytes, const char *op);
  * commit). */
 void *mc_cuda_table_staging(mc_cuda_state *st, size_t bytes, const char *op);
 void *mc_cuda_table_commit(mc_cuda_state *st, size_t bytes, const char *op);
+
+/* graph.cu: the backend's graph entries (backend.h). mc_cuda_capture_refuse, made by a
+ * call that cannot be recorded before it does its work: while the stream is captured, the
+ * capture ends there as failed, its reason "cuda <op> <what>", and the call and those after
+ * it run at once; otherwise nothing. */
+bool mc_cuda_graph_capture_begin(mc_backend *, mc_err *why);
+void *mc_cuda_graph_capture_end(mc_backend *, mc_err *why);
+void mc_cuda_graph_launch(mc_backend *, void *graph);
+void mc_cuda_graph_free(mc_backend *, void *graph);
+void mc_cuda_capture_refuse(mc_cuda_state *st, const char *op, const char *what);
 
 /* Grid size for a grid-stride loop over `items` with `threads` per block: enough blocks
  * to fill every multiprocessor once at full occupancy, no more than needed. */

@@ -375,8 +375,10 @@ static cublasStatus_t entry_run(mc_cuda_state *st, gemm_entry *e, const void *A,
     if (s == CUBLAS_STATUS_SUCCESS && aux)
         s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
-    if (e->ncand > 1) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
-    int slot = mc_cuda_gemm_prof_start(st);
+    /* a captured call is recorded, not run: nothing to time (the first call outside a
+     * capture tunes the entry; the profile counts calls made op by op) */
+    if (e->ncand > 1 && !st->capturing) entry_tune(st, e, A, B, C, alpha, beta, "gemm autotune");
+    int slot = st->capturing ? -1 : mc_cuda_gemm_prof_start(st);
     s = cublasLtMatmul(st->lt, e->op, &alpha, B, e->la, A, e->lb, &beta, Cin, e->lc, C, e->lc, &e->algo,
                        st->lt_workspace, st->lt_workspace_bytes, st->stream);
     if (slot >= 0) {
