@@ -10,7 +10,9 @@
 # 4 TB/s, a token for each of the batch's sequences). Our model is the same random Llama
 # written by transformers (so both read the same weights), imported with --load-hf.
 # (transformers' figure counts its prefill in its time, ours does not.)
-#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1]
+# With GEN_TRACE=1 on the GPU machine (scripts/gpu/carried_env.sh sourced), also a kernel trace of
+# our decode steps (tools/decode_trace_summary.py).
+#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1 GEN_TRACE=0]
 #   bench/gpu_generate.sh BUILD_DIR [SHARED_BENCH_DIR]
 set -uo pipefail
 BUILD=${1:-build}
@@ -42,6 +44,15 @@ MC_DECODE_GRAPHS=0 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-fil
 grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_eager.log" | tail -1 | sed 's/^/ours eager: /' ||
     echo "ours eager: FAILED (see $OUTDIR/ours_eager.log)"
 grep -h 'decode graphs off' "$OUTDIR/ours.log"
+if [ "${GEN_TRACE:-0}" = 1 ] && [ -n "${C:-}" ] && [ -e "$C/lib/trace/libmc_kernel_trace.so" ]; then
+    # where a decode step's time goes: our run again under the CUPTI kernel tracer (carried by
+    # scripts/gpu/carry_build.sh), kernels by name over its steps (each ends at argmax_rows)
+    LD_LIBRARY_PATH="$C/lib/trace:$LD_LIBRARY_PATH" CUDA_INJECTION64_PATH="$C/lib/trace/libmc_kernel_trace.so" \
+        MC_TRACE_OUT="$OUTDIR/trace.csv" "$BUILD/megatron-c" generate --load-hf "$MODEL" \
+        --prompts-file "$OUTDIR/prompts.jsonl" --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer \
+        --vocab-size "$V" > "$OUTDIR/ours_traced.log" 2>&1
+    python3 "$(dirname "$0")/../tools/decode_trace_summary.py" "$OUTDIR/trace.csv" || echo "trace: no summary"
+fi
 python3 "$SHARED_BENCH/hf_generate.py" --layers "$L" --hidden "$H" --heads "$NH" --kv-heads "$KV" --ffn "$F" \
     --vocab "$V" --prompt "$P" --new "$N" --batches "$B" > "$OUTDIR/hf.log" 2>&1
 grep '^RESULT' "$OUTDIR/hf.log" | sed 's/^RESULT/hf:/' || echo "hf: FAILED (see $OUTDIR/hf.log)"

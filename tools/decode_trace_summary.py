@@ -1,0 +1,49 @@
+"""Summarizes a kernel_trace.c CSV of a `megatron-c generate` run on the GPU: its decode
+steps (each window ends at an argmax_rows kernel, the step's greedy choice; the first
+`skip` are left out: the prefill and the eager step before a graph is captured), their
+length, the time some kernel ran in them, and the kernels by name, per step.
+  python3 tools/decode_trace_summary.py trace.csv [skip=4] [top=15]"""
+import collections, csv, re, shutil, statistics, subprocess, sys
+
+path = sys.argv[1]
+skip = int(sys.argv[2]) if len(sys.argv) > 2 else 4
+top = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+rows = []
+with open(path, newline="") as f:
+    for r in csv.DictReader(f):
+        if r["kind"] == "kernel":
+            rows.append((int(r["start_ns"]), int(r["end_ns"]), r["name"]))
+rows.sort()
+if not rows:
+    sys.exit(f"{path}: no kernel records")
+names = sorted({n for _, _, n in rows})
+pretty = dict(zip(names, names))
+if shutil.which("c++filt"):
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    pretty.update((n, d) for n, d in zip(names, out) if d)
+
+
+def short(n):
+    d = pretty[n]
+    if any(x in d.lower() for x in ("gemm", "nvjet", "sm90_", "cutlass", "cublas", "gemv")):
+        return "cuBLASLt GEMM kernels"
+    d = d.replace("(anonymous namespace)::", "")
+    return re.sub(r"<.*", "<...>", re.sub(r"\(.*", "", d))[:70]
+
+
+ends = [e for s, e, n in rows if "argmax" in pretty[n]]
+windows = list(zip(ends, ends[1:]))[skip:]
+if not windows:
+    sys.exit(f"{path}: {len(ends)} argmax kernels, no decode step after the first {skip}")
+lengths, busy, per = [], [], collections.Counter()
+for lo, hi in windows:
+    inside = [(max(s, lo), min(e, hi), n) for s, e, n in rows if e > lo and s < hi]
+    lengths.append((hi - lo) / 1e6)
+    busy.append(sum(e - s for s, e, _ in inside) / 1e6)
+    for s, e, n in inside:
+        per[short(n)] += (e - s) / 1e6
+k = len(windows)
+print(f"decode steps: {k}, median {statistics.median(lengths):.3f} ms a step, kernels running "
+      f"{statistics.median(busy):.3f} ms of it ({statistics.median(busy) / statistics.median(lengths):.0%})")
+for name, ms in per.most_common(top):
+    print(f"  {ms / k:8.4f} ms a step  {name}")
