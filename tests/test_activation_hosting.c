@@ -17,6 +17,7 @@
 #include "tensor/backend.h"
 #include "tiny_llama.h"
 #include "train/model_options.h"
+#include "train_run.h"
 
 #define STEPS 6
 
@@ -106,30 +107,13 @@ static void test_plan_at_llama3_8b(void) {
           apart.acts);
 }
 
+/* train_run with the activations hosted where they may be, or always apart. */
 static int train(const mc_config *cfg, bool apart, double *losses, double *norms) {
     if (apart) setenv("MC_KEEP_ACTIVATIONS_APART", "1", 1);
     else unsetenv("MC_KEEP_ACTIVATIONS_APART");
-    mc_err err;
-    mc_config c = *cfg;
-    c.train.train_iters = STEPS;
-    mc_trainer *t = mc_trainer_create(&c, &err);
+    int rc = train_run(cfg, STEPS, losses, norms);
     unsetenv("MC_KEEP_ACTIVATIONS_APART");
-    if (!t) {
-        CHECK(0, "%s", err.msg);
-        return -1;
-    }
-    for (int i = 0; i < STEPS; i++) {
-        mc_step_stats st;
-        if (mc_trainer_step(t, &st, &err) != MC_OK) {
-            CHECK(0, "step %d: %s", i + 1, err.msg);
-            mc_trainer_free(t);
-            return -1;
-        }
-        losses[i] = st.lm_loss;
-        norms[i] = st.grad_norm;
-    }
-    mc_trainer_free(t);
-    return 0;
+    return rc;
 }
 
 static void same_training(mc_device_choice dev, bool bf16) {

@@ -21,6 +21,7 @@
 #include "base/file.h"
 #include "base/philox.h"
 #include "check.h"
+#include "fixture_util.h"
 #include "ckpt/ckpt.h"
 #include "tensor/ops.h"
 #include "tiny_llama.h"
@@ -445,21 +446,9 @@ static int load_from(rig *r, const char *dir, mc_err *err) {
     return rc;
 }
 
-/* A fresh directory under $TMPDIR (or /tmp); the test cannot go on without one. */
-static char *temp_dir(void) {
-    const char *base = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char *d = mc_xmalloc(strlen(base) + 32);
-    sprintf(d, "%s/mc_param_remainders_XXXXXX", base);
-    if (!mkdtemp(d)) {
-        fprintf(stderr, "FAIL: cannot make a temporary directory under %s\n", base);
-        exit(1);
-    }
-    return d;
-}
-
+/* A directory from fu_tmpdir, removed with its files. */
 static void remove_dir(char *d) {
-    mc_err err;
-    mc_remove_tree(d, &err);
+    fu_rmtree(d);
     free(d);
 }
 
@@ -468,7 +457,7 @@ static void remove_dir(char *d) {
  * at step 12, bit for bit. */
 static void test_checkpoint_round_trip(void) {
     enum { AT = 6, END = 12 };
-    char *dir = temp_dir();
+    char *dir = fu_tmpdir("param-remainders");
     rig a, c, b;
     rig_init(&a, MC_BF16, true);
     rig_init(&c, MC_BF16, true);
@@ -535,7 +524,7 @@ static void plant_ties(rig *r) {
  * its BF16 copy rounded its own way (masters on ties planted where the two differ). */
 static void test_cross_load(void) {
     enum { AT = 5 };
-    char *dir_s = temp_dir(), *dir_f = temp_dir();
+    char *dir_s = fu_tmpdir("param-remainders"), *dir_f = fu_tmpdir("param-remainders");
     rig s, f;
     rig_init(&s, MC_BF16, true);
     rig_init(&f, MC_BF16, false);
@@ -636,7 +625,7 @@ static void resume_bitwise(bool async) {
     mc_config c;
     gpu_llama(&c, true);
     if (!train_gpu(&c, STEPS, l1, n1)) return;
-    char *dir = temp_dir();
+    char *dir = fu_tmpdir("param-remainders");
     mc_err err;
     c.ckpt.save = dir;
     c.ckpt.async_save = async;

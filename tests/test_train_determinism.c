@@ -12,6 +12,7 @@
 #include "check.h"
 #include "megatron.h"
 #include "tiny_llama.h"
+#include "train_run.h"
 #include "tensor/backend.h"
 
 #define STEPS_CURVE 200
@@ -77,30 +78,6 @@ static void set_precision(mc_config *c, precision p) {
     }
 }
 
-/* Runs `steps` iterations; fills losses and grad norms. */
-static int train(mc_config *c, int steps, double *losses, double *norms) {
-    c->train.train_iters = steps;
-    mc_err err;
-    mc_trainer *t = mc_trainer_create(c, &err);
-    if (!t) {
-        CHECK(0, "%s", err.msg);
-        return -1;
-    }
-    for (int i = 0; i < steps; i++) {
-        mc_step_stats st;
-        if (mc_trainer_step(t, &st, &err) != MC_OK) {
-            CHECK(0, "step %d: %s", i + 1, err.msg);
-            mc_trainer_free(t);
-            return -1;
-        }
-        losses[i] = st.lm_loss;
-        norms[i] = st.grad_norm;
-        if (st.skipped) printf("   iteration %d skipped (fp16 overflow); loss scale now %.1f\n", i + 1, st.loss_scale);
-    }
-    mc_trainer_free(t);
-    return 0;
-}
-
 /* dropout > 0: its draws must replay too; 0 lets the GPU take cuDNN's attention, whose
  * deterministic backward is then what is checked. */
 static void repeat_bitwise_dropout(model_fn model, mc_device_choice dev, precision p, float dropout) {
@@ -112,7 +89,7 @@ static void repeat_bitwise_dropout(model_fn model, mc_device_choice dev, precisi
     c.model.hidden_dropout = dropout;
     c.model.attention_dropout = dropout;
     double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
-    if (train(&c, STEPS_REPEAT, l1, n1) || train(&c, STEPS_REPEAT, l2, n2)) return;
+    if (train_run(&c, STEPS_REPEAT, l1, n1) || train_run(&c, STEPS_REPEAT, l2, n2)) return;
     for (int i = 0; i < STEPS_REPEAT; i++) {
         CHECK(memcmp(&l1[i], &l2[i], sizeof(double)) == 0, "step %d loss %.17g vs %.17g", i + 1, l1[i], l2[i]);
         CHECK(memcmp(&n1[i], &n2[i], sizeof(double)) == 0, "step %d grad norm %.17g vs %.17g", i + 1, n1[i], n2[i]);
@@ -136,12 +113,12 @@ static void recompute_changes_no_bit(model_fn model) {
     c.train.device = MC_DEVICE_CPU_ONLY;
     c.model.hidden_dropout = 0.1f;
     double l1[STEPS_REPEAT], n1[STEPS_REPEAT], l2[STEPS_REPEAT], n2[STEPS_REPEAT];
-    if (train(&c, STEPS_REPEAT, l1, n1)) return;
+    if (train_run(&c, STEPS_REPEAT, l1, n1)) return;
     model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
     c.model.hidden_dropout = 0.1f;
     c.train.recompute_granularity = 1;
-    if (train(&c, STEPS_REPEAT, l2, n2)) return;
+    if (train_run(&c, STEPS_REPEAT, l2, n2)) return;
     for (int i = 0; i < STEPS_REPEAT; i++)
         CHECK(l1[i] == l2[i] && n1[i] == n2[i], "step %d: loss %.17g vs %.17g, grad norm %.17g vs %.17g", i + 1, l1[i],
               l2[i], n1[i], n2[i]);
@@ -186,7 +163,7 @@ static const double *cpu_curve(model_fn model) {
     mc_config c;
     model(&c);
     c.train.device = MC_DEVICE_CPU_ONLY;
-    if (train(&c, STEPS_CURVE, losses[i], norms)) return NULL;
+    if (train_run(&c, STEPS_CURVE, losses[i], norms)) return NULL;
     done[i] = model;
     return losses[i];
 }
@@ -200,7 +177,7 @@ static void tracks_cpu_fp32_curve(model_fn model, precision p) {
     model(&c);
     c.train.device = MC_DEVICE_CUDA_ONLY;
     set_precision(&c, p);
-    if (train(&c, STEPS_CURVE, lg, ng)) return;
+    if (train_run(&c, STEPS_CURVE, lg, ng)) return;
     double worst = 0;
     int worst_step = 0, compared = 0;
     while (compared < STEPS_CURVE && lc[compared] >= CURVE_FLOOR) {

@@ -3,7 +3,9 @@ steps (each window ends at an argmax_rows kernel, the step's greedy choice; the 
 `skip` are left out: the prefill and the eager step before a graph is captured), their
 length, the time some kernel ran in them, and the kernels by name, per step.
   python3 tools/decode_trace_summary.py trace.csv [skip=4] [top=15]"""
-import collections, csv, re, shutil, statistics, subprocess, sys
+import collections, csv, statistics, sys
+
+from kernel_names import demangler, short as short_name
 
 path = sys.argv[1]
 skip = int(sys.argv[2]) if len(sys.argv) > 2 else 4
@@ -16,22 +18,14 @@ with open(path, newline="") as f:
 rows.sort()
 if not rows:
     sys.exit(f"{path}: no kernel records")
-names = sorted({n for _, _, n in rows})
-pretty = dict(zip(names, names))
-if shutil.which("c++filt"):
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
-    pretty.update((n, d) for n, d in zip(names, out) if d)
+demangle = demangler(n for _, _, n in rows)
 
 
 def short(n):
-    d = pretty[n]
-    if any(x in d.lower() for x in ("gemm", "nvjet", "sm90_", "cutlass", "cublas", "gemv")):
-        return "cuBLASLt GEMM kernels"
-    d = d.replace("(anonymous namespace)::", "")
-    return re.sub(r"<.*", "<...>", re.sub(r"\(.*", "", d))[:70]
+    return short_name(demangle(n))
 
 
-ends = [e for s, e, n in rows if "argmax" in pretty[n]]
+ends = [e for s, e, n in rows if "argmax" in demangle(n)]
 windows = list(zip(ends, ends[1:]))[skip:]
 if not windows:
     sys.exit(f"{path}: {len(ends)} argmax kernels, no decode step after the first {skip}")

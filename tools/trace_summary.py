@@ -5,7 +5,9 @@ left out as warm-up), the window's length, the time some kernel, memset or memcp
 running (the union of their intervals), the idle rest and the largest gaps with the work
 on either side, then the kernels of the last window grouped by name.
   python3 tools/trace_summary.py trace.csv [skip=2] [top=30]"""
-import collections, csv, re, shutil, subprocess, sys
+import collections, csv, sys
+
+from kernel_names import demangler, short as short_name
 
 path = sys.argv[1]
 skip = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -18,28 +20,18 @@ rows.sort()
 if not rows:
     sys.exit(f"{path}: no records")
 
-names = sorted({n for _, _, k, n in rows if k == "kernel"})
-demangled = dict(zip(names, names))
-if shutil.which("c++filt"):
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
-    demangled.update((n, d) for n, d in zip(names, out) if d)
+demangle = demangler(n for _, _, k, n in rows if k == "kernel")
 
 
 def short(n):
-    d = demangled.get(n, n)
-    low = d.lower()
-    if any(x in low for x in ("gemm", "nvjet", "sm90_", "cutlass", "cublas")):
-        return "cuBLASLt GEMM kernels"
-    d = re.sub(r"\(.*", "", d)
-    base = re.sub(r"<.*", "", d)
-    return base[:70] + ("<...>" if "<" in d else "")
+    return short_name(demangle(n))
 
 
 ends = []  # end of each run of consecutive AdamW kernels
 for i, (s, e, k, n) in enumerate(rows):
-    if "adamw" in demangled.get(n, n).lower():
+    if "adamw" in demangle(n).lower():
         nxt = rows[i + 1] if i + 1 < len(rows) else None
-        if nxt is None or "adamw" not in demangled.get(nxt[3], nxt[3]).lower():
+        if nxt is None or "adamw" not in demangle(nxt[3]).lower():
             ends.append(e)
 if len(ends) < skip + 2:
     sys.exit(f"{path}: {len(ends)} iterations found (AdamW kernels), need at least {skip + 2}")

@@ -1,0 +1,25 @@
+"""Kernel names of a kernel_trace.c CSV, as the trace summaries print them: demangled with
+c++filt where it is installed, cuBLASLt's many GEMM kernels as one name, arguments and
+template parameters left out (trace_summary.py, decode_trace_summary.py)."""
+import re
+import shutil
+import subprocess
+
+
+def demangler(names):
+    """A function from a mangled name to its demangled form (itself without c++filt)."""
+    names = sorted(set(names))
+    pretty = dict(zip(names, names))
+    if shutil.which("c++filt"):
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+        pretty.update((n, d) for n, d in zip(names, out) if d)
+    return lambda n: pretty.get(n, n)
+
+
+def short(demangled):
+    """The name a kernel is grouped under, from its demangled name."""
+    low = demangled.lower()
+    if any(x in low for x in ("gemm", "gemv", "nvjet", "sm90_", "cutlass", "cublas")):
+        return "cuBLASLt GEMM kernels"
+    d = re.sub(r"\(.*", "", demangled.replace("(anonymous namespace)::", ""))
+    return re.sub(r"<.*", "", d)[:70] + ("<...>" if "<" in d else "")
