@@ -1,24 +1,35 @@
 /* attention_kv.cu: causal attention of new tokens over a key/value cache, for generation
  * (backend.h's attention_kv_fwd; the CPU reference is backend/cpu/attention_kv.c).
  *
- * Two kernels: one stores the new tokens' key and value heads into the cache at each
- * token's own position (one thread per element); then one block of KV_WARPS warps per (new
- * token, query head) walks its sequence's cache positions 0 .. p: each warp takes
- * KV_UNROLL keys at a time (lanes own the dims lane + 32 k, so a key's row is read
- * coalesced and its score is a warp sum), keeps a streaming softmax of its keys, and the
- * warps' partial sums are merged at the end. A decode step has few (token, head) pairs, so
- * a pair's keys are spread over many warps, and several keys are in flight in each, or
- * the step would wait on the latency of one key's loads after another. A prompt's prefill
- * runs through it too (each new token over its own prefix: simple, not fast). Positions are read on
- * the device, so that a decode step's launches stay the same from step to step (capturable
- * in a CUDA graph); one outside the cache is reported as rope's are (cuda_internal.h). */
+ * Three kernels, split-KV ("flash-decoding"):
+ * - store: the new tokens' key and value heads into the cache at each token's own position
+ *   (one thread an element);
+ * - partial: a block per (new token t, KV group g, up to KV_HEADS of g's query heads, split
+ *   s): it reads the key/value rows of split s's chunk of t's positions 0 .. pos[t] once for
+ *   all its query heads, with a streaming softmax in F32, and writes its unnormalized output
+ *   sums, max and sum to the partial buffer (or, with one split, the normalized output);
+ * - combine (more than one split): per output element, the splits' partials merged with
+ *   the log-sum-exp rescaling, written in the tensor's dtype.
+ * A decode step has few (token, group) pairs, so they alone would leave most of the
+ * multiprocessors idle: the host splits each pair's positions over enough blocks to fill the
+ * machine twice. Positions are read on the device only, so that a decode step's launches
+ * stay the same from step to step (capturable in a CUDA graph): the host sizes the number
+ * of splits from the token count and the cache capacity, and each block cuts its token's
+ * own length into that many chunks (whole iterations of keys); a block whose chunk starts
+ * past the token's last position writes an empty partial. A prompt's prefill runs through
+ * the same kernels (many tokens: one split, no combine; each new token over its own prefix:
+ * simple, not fast). A position outside the cache is reported as rope's are
+ * (cuda_internal.h) and attends to nothing. */
 #include "backend/cuda/cuda_internal.h"
 
 namespace {
 
-constexpr int KV_MAX_D = 256; /* head_dim <= 256: 8 output dims a lane */
-constexpr int KV_WARPS = 8;   /* warps a block of the attend kernel: one block a (token, query head) */
-constexpr int KV_UNROLL = 4;  /* keys a warp scores at once (their loads and reductions overlap) */
+constexpr int KV_MAX_D = 256;       /* head_dim <= 256: 8 dims a lane, at most 32 lanes a key row */
+constexpr int KV_WARPS = 4;         /* warps of a partial block */
+constexpr int KV_HEADS = 4;         /* query heads of one group a partial block serves */
+constexpr int KV_UNROLL = 2;        /* key rows a row group (L lanes) has in flight at once */
+constexpr int KV_MIN_CHUNK = 32;    /* the fewest cache positions worth a split of their own */
+constexpr int KV_COMBINE_THREADS = 128;
 
 template <typename T>
 __global__ void kv_store_kernel(T *cache, const T *qkv, const int32_t *pos, int64_t ntok, int64_t B, int64_t cap,
@@ -37,87 +48,220 @@ __global__ void kv_store_kernel(T *cache, const T *qkv, const int32_t *pos, int6
     }
 }
 
+/* The partial kernel's operands. part_o [tokens, heads, splits, d] and part_ml [tokens,
+ * heads, splits, 2] (max, sum) F32 in the backend's partial buffer; unused with one split. */
 template <typename T>
-__global__ void __launch_bounds__(32 * KV_WARPS) kv_attend_kernel(T *out, const T *cache, const T *qkv,
-                                                                    const int32_t *pos, int64_t B, int64_t cap,
-                                                                    int heads, int groups, int d, float scale) {
-    __shared__ float part[KV_WARPS][KV_MAX_D + 2]; /* each warp's output sums, then its max and sum */
-    const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
-    const int h = (int)(blockIdx.x % heads);
-    const int64_t t = blockIdx.x / heads, b = t % B, last = pos[t];
-    const int hpg = heads / groups, g = h / hpg, per = (d + 31) / 32;
-    const T *q = qkv + t * (int64_t)groups * (hpg + 2) * d + ((int64_t)g * (hpg + 2) + h % hpg) * d;
-    const int64_t crow = (int64_t)groups * 2 * d; /* one position of one sequence */
-    const T *kv = cache + b * cap * crow + (int64_t)g * 2 * d;
-    /* lane owns dims lane + 32 k: the query's (pre-scaled) and the output's */
-    float qr[KV_MAX_D / 32], acc[KV_MAX_D / 32];
-#pragma unroll
-    for (int k = 0; k < KV_MAX_D / 32; k++) {
-        const int c = lane + 32 * k;
-        qr[k] = k < per && c < d ? mc_ld(q + c) * scale : 0.0f;
-        acc[k] = 0.0f;
+struct kv_args {
+    T *out;
+    float *part_o, *part_ml;
+    const T *cache, *qkv;
+    const int32_t *pos;
+    int64_t B, cap;
+    int heads, groups, d;
+    float scale;
+};
+
+/* Block (blockIdx.x = (t groups + g) hchunks + hc, blockIdx.y = split s of gridDim.y):
+ * token t, group g, its query heads hc KV_HEADS .. (nh of them). Its threads form row
+ * groups of L lanes, each lane owning 8 dims (lane % L) * 8 .. + 7 of a key, value, query
+ * and output row (16-byte loads with VEC: with L = 8, one warp instruction reads 4 whole
+ * rows of 64 bf16); a row group scores KV_UNROLL keys at a time (dot products summed over
+ * its L lanes) for each of the block's query heads, keeps a streaming softmax of them in
+ * F32, and the row groups' sums are merged through shared memory at the end. */
+template <typename T, bool VEC, int L>
+__global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args<T> a) {
+    constexpr int NRG = KV_WARPS * 32 / L;  /* row groups of the block */
+    constexpr int STEP = NRG * KV_UNROLL;   /* keys of one iteration of the block */
+    __shared__ __align__(16) float s_acc[NRG][KV_HEADS][L * 8]; /* each row group's output sums */
+    __shared__ float s_m[NRG][KV_HEADS], s_l[NRG][KV_HEADS];    /* ... its max and sum */
+    __shared__ float s_f[NRG][KV_HEADS];                        /* e^(m_rg - M): its weight */
+    __shared__ float s_L[KV_HEADS];                             /* the block's sum */
+    const int d = a.d, hpg = a.heads / a.groups, hchunks = (hpg + KV_HEADS - 1) / KV_HEADS;
+    const int hc = (int)(blockIdx.x % hchunks), g = (int)(blockIdx.x / hchunks % a.groups);
+    const int64_t t = blockIdx.x / hchunks / a.groups, b = t % a.B;
+    const int h0 = hc * KV_HEADS, nh = hpg - h0 < KV_HEADS ? hpg - h0 : KV_HEADS; /* nh: same in the block */
+    const int split = (int)blockIdx.y, splits = (int)gridDim.y;
+    const int rg = (int)threadIdx.x / L, c0 = ((int)threadIdx.x % L) * 8;
+    /* this block's chunk of the positions 0 .. len - 1: the length cut into `splits` pieces,
+     * each rounded up to whole iterations (so the last splits may get nothing) */
+    const int64_t last = a.pos[t], len = last >= 0 && last < a.cap ? last + 1 : 0; /* outside: nothing (reported) */
+    const int64_t chunk = ((len + splits - 1) / splits + STEP - 1) / STEP * STEP;
+    const int64_t start = split * chunk, stop = start + chunk < len ? start + chunk : len;
+    const int64_t row = t * a.heads + (int64_t)g * hpg + h0; /* out/partial row of the block's first head */
+    if (splits > 1 && start >= stop) { /* an empty partial: weight 0 in the combine */
+        if ((int)threadIdx.x < nh) {
+            a.part_ml[((row + threadIdx.x) * splits + split) * 2] = -INFINITY;
+            a.part_ml[((row + threadIdx.x) * splits + split) * 2 + 1] = 0.0f;
+        }
+        return;
     }
-    float m = -INFINITY, l = 0.0f;
-    const int64_t end = last < cap ? last : -1; /* a position outside the cache attends to nothing (reported) */
-    /* warp wid takes keys wid*KV_UNROLL + KV_WARPS*KV_UNROLL*i .. (+KV_UNROLL - 1) */
-    for (int64_t j0 = (int64_t)wid * KV_UNROLL; j0 <= end; j0 += (int64_t)KV_WARPS * KV_UNROLL) {
-        float sc[KV_UNROLL];
+
+    /* the block's queries (pre-scaled) and outputs, this lane's 8 dims of each */
+    const T *qg = a.qkv + t * (int64_t)a.groups * (hpg + 2) * d + ((int64_t)g * (hpg + 2) + h0) * d;
+    float q[KV_HEADS][8], acc[KV_HEADS][8], m[KV_HEADS], l[KV_HEADS];
+#pragma unroll
+    for (int i = 0; i < KV_HEADS; i++) {
+        if (i < nh) mc_load_group<T, VEC>(qg + (int64_t)i * d, c0, d, q[i]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (i < nh) q[i][k] *= a.scale;
+            else q[i][k] = 0.0f;
+            acc[i][k] = 0.0f;
+        }
+        m[i] = -INFINITY, l[i] = 0.0f;
+    }
+    const int64_t crow = (int64_t)a.groups * 2 * d; /* one position of one sequence */
+    const T *kv = a.cache + b * a.cap * crow + (int64_t)g * 2 * d; /* position j's key at kv + j crow, value + d */
+    /* row group rg takes keys j0 + u NRG + rg; the loop's bounds are the block's, so every
+     * lane of a warp takes part in its row groups' shuffles */
+    for (int64_t j0 = start; j0 < stop; j0 += STEP) {
+        float kr[KV_UNROLL][8], vr[KV_UNROLL][8];
+        bool ok[KV_UNROLL];
 #pragma unroll
         for (int u = 0; u < KV_UNROLL; u++) {
-            const T *k = kv + (j0 + u) * crow;
-            float sum = 0.0f;
-            if (j0 + u <= end) {
+            const int64_t j = j0 + u * NRG + rg;
+            ok[u] = j < stop;
+            if (ok[u]) {
+                mc_load_group<T, VEC>(kv + j * crow, c0, d, kr[u]);
+                mc_load_group<T, VEC>(kv + j * crow + d, c0, d, vr[u]);
+            } else {
 #pragma unroll
-                for (int kk = 0; kk < KV_MAX_D / 32; kk++) {
-                    const int c = lane + 32 * kk;
-                    if (kk < per && c < d) sum += qr[kk] * mc_ld(k + c);
-                }
+                for (int k = 0; k < 8; k++) kr[u][k] = vr[u][k] = 0.0f;
             }
-            sc[u] = sum;
         }
-        float bm = -INFINITY;
 #pragma unroll
-        for (int u = 0; u < KV_UNROLL; u++) {
-            sc[u] = j0 + u <= end ? mc_warp_sum(sc[u]) : -INFINITY;
-            bm = fmaxf(bm, sc[u]);
+        for (int i = 0; i < KV_HEADS; i++) {
+            if (i >= nh) continue;
+            float sc[KV_UNROLL], bm = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < KV_UNROLL; u++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 8; k++) s += q[i][k] * kr[u][k];
+#pragma unroll
+                for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o); /* within the row group */
+                sc[u] = ok[u] ? s : -INFINITY;
+                bm = fmaxf(bm, sc[u]);
+            }
+            const float mn = fmaxf(m[i], bm); /* -inf: no key of this row group yet (then p = 0) */
+            const float corr = mn > -INFINITY ? __expf(m[i] - mn) : 1.0f;
+            float p[KV_UNROLL], ps = 0.0f;
+#pragma unroll
+            for (int u = 0; u < KV_UNROLL; u++) ps += p[u] = ok[u] ? __expf(sc[u] - mn) : 0.0f;
+            l[i] = l[i] * corr + ps;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float v = acc[i][k] * corr;
+#pragma unroll
+                for (int u = 0; u < KV_UNROLL; u++) v += p[u] * vr[u][k];
+                acc[i][k] = v;
+            }
+            m[i] = mn;
         }
-        const float mn = fmaxf(m, bm), corr = __expf(m - mn);
-        float pu[KV_UNROLL], ps = 0.0f;
-#pragma unroll
-        for (int u = 0; u < KV_UNROLL; u++) ps += pu[u] = j0 + u <= end ? __expf(sc[u] - mn) : 0.0f;
-        l = l * corr + ps;
-#pragma unroll
-        for (int kk = 0; kk < KV_MAX_D / 32; kk++) {
-            const int c = lane + 32 * kk;
-            if (kk >= per || c >= d) continue;
-            float a = acc[kk] * corr;
-#pragma unroll
-            for (int u = 0; u < KV_UNROLL; u++)
-                if (j0 + u <= end) a += pu[u] * mc_ld(kv + (j0 + u) * crow + d + c);
-            acc[kk] = a;
-        }
-        m = mn;
     }
-    /* the warps' streaming sums merged: O = sum_w acc_w e^(m_w - M) / sum_w l_w e^(m_w - M) */
+
+    /* the row groups merged: O = sum_rg acc_rg e^(m_rg - M), L = sum_rg l_rg e^(m_rg - M) */
 #pragma unroll
-    for (int kk = 0; kk < KV_MAX_D / 32; kk++) {
-        const int c = lane + 32 * kk;
-        if (kk < per && c < d) part[wid][c] = acc[kk];
+    for (int i = 0; i < KV_HEADS; i++) {
+        float4 *dst = reinterpret_cast<float4 *>(&s_acc[rg][i][c0]);
+        dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+        dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+        if (c0 == 0) s_m[rg][i] = m[i], s_l[rg][i] = l[i];
     }
-    if (lane == 0) part[wid][KV_MAX_D] = m, part[wid][KV_MAX_D + 1] = l;
     __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < KV_WARPS; w++) M = fmaxf(M, part[w][KV_MAX_D]);
-    float L = 0.0f;
-    for (int w = 0; w < KV_WARPS; w++)
-        if (part[w][KV_MAX_D] > -INFINITY) L += part[w][KV_MAX_D + 1] * __expf(part[w][KV_MAX_D] - M);
-    T *o = out + (t * heads + h) * (int64_t)d;
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float sum = 0.0f;
-        for (int w = 0; w < KV_WARPS; w++)
-            if (part[w][KV_MAX_D] > -INFINITY) sum += part[w][c] * __expf(part[w][KV_MAX_D] - M);
-        mc_st(o + c, L > 0.0f ? sum / L : 0.0f);
+    if ((int)threadIdx.x < nh) {
+        const int i = (int)threadIdx.x;
+        float M = -INFINITY, sum = 0.0f;
+        for (int r = 0; r < NRG; r++) M = fmaxf(M, s_m[r][i]);
+        for (int r = 0; r < NRG; r++) {
+            const float f = s_m[r][i] > -INFINITY ? __expf(s_m[r][i] - M) : 0.0f;
+            s_f[r][i] = f;
+            sum += s_l[r][i] * f;
+        }
+        s_L[i] = sum;
+        if (splits > 1) {
+            a.part_ml[((row + i) * splits + split) * 2] = M;
+            a.part_ml[((row + i) * splits + split) * 2 + 1] = sum;
+        }
     }
+    __syncthreads();
+    for (int e = (int)threadIdx.x; e < nh * d; e += (int)blockDim.x) {
+        const int i = e / d, c = e % d;
+        float o = 0.0f;
+#pragma unroll 4
+        for (int r = 0; r < NRG; r++) o += s_acc[r][i][c] * s_f[r][i];
+        if (splits > 1) a.part_o[((row + i) * splits + split) * d + c] = o;
+        else mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
+    }
+}
+
+/* out[rows, d] from the splits' partials: O = sum_s O_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+ * over the splits with keys (m_s > -inf); 0 where none has any (a position outside the
+ * cache). One thread an output element; a row's threads read the same (m_s, l_s). */
+template <typename T>
+__global__ void kv_combine_kernel(T *out, const float *part_o, const float *part_ml, int64_t rows, int d, int splits) {
+    const int64_t n = rows * d;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / d;
+        const int c = (int)(e % d);
+        const float *ml = part_ml + r * splits * 2;
+        const float *po = part_o + r * splits * d + c;
+        float M = -INFINITY;
+        for (int s = 0; s < splits; s++) M = fmaxf(M, ml[2 * s]);
+        float o = 0.0f, sum = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            if (!(ml[2 * s] > -INFINITY)) continue; /* empty: its sums were never written */
+            const float f = __expf(ml[2 * s] - M);
+            sum += ml[2 * s + 1] * f;
+            o += po[(int64_t)s * d] * f;
+        }
+        mc_st(out + e, sum > 0.0f ? o / sum : 0.0f);
+    }
+}
+
+/* How many splits a (token, group, head chunk) gets: enough blocks to fill every
+ * multiprocessor twice, at most one a KV_MIN_CHUNK of the cache's capacity (the tokens'
+ * lengths are on the device; cap bounds them), and no more than the partial buffer holds
+ * (MC_CUDA_KV_PARTIAL_FLOATS, cuda_internal.h: sized so that this bound does not bite on
+ * an H200 at any head_dim <= 256, with KV_HEADS heads a block). One split: no partials. */
+int kv_splits(const mc_cuda_state *st, int64_t ntok, int heads, int groups, int d, int64_t cap) {
+    const int hpg = heads / groups;
+    const int64_t blocks = ntok * groups * ((hpg + KV_HEADS - 1) / KV_HEADS); /* a split's blocks */
+    int64_t s = (2 * (int64_t)st->sm_count + blocks - 1) / blocks;
+    const int64_t by_len = (cap + KV_MIN_CHUNK - 1) / KV_MIN_CHUNK;
+    const int64_t by_buffer = (int64_t)MC_CUDA_KV_PARTIAL_FLOATS / (ntok * heads * (int64_t)(d + 2));
+    if (s > by_len) s = by_len;
+    if (s > by_buffer) s = by_buffer;
+    return s > 1 ? (int)s : 1;
+}
+
+template <typename T, bool VEC, int L>
+void kv_partial_launch(mc_cuda_state *st, dim3 grid, const kv_args<T> &a) {
+    kv_partial_kernel<T, VEC, L><<<grid, 32 * KV_WARPS, 0, st->stream>>>(a);
+}
+
+template <typename T>
+void kv_attention(mc_cuda_state *st, T *out, T *cache, const T *qkv, const int32_t *pos, const mc_attn_desc *d,
+                  int64_t cap) {
+    const int hd = d->head_dim, hpg = d->heads / d->groups;
+    const int64_t ntok = d->seq * d->batch, rows = ntok * d->heads;
+    const unsigned sgrid = mc_cuda_grid(st, ntok * d->groups * 2 * hd, 256);
+    kv_store_kernel<T><<<sgrid, 256, 0, st->stream>>>(cache, qkv, pos, ntok, d->batch, cap, d->groups, hpg, hd,
+                                                      st->err_dev);
+    const int splits = kv_splits(st, ntok, d->heads, d->groups, hd, cap);
+    const kv_args<T> a = {out,  st->kv_partials, st->kv_partials + rows * splits * hd,
+                          cache, qkv, pos, d->batch, cap, d->heads, d->groups, hd, d->softmax_scale};
+    const dim3 grid((unsigned)(ntok * d->groups * ((hpg + KV_HEADS - 1) / KV_HEADS)), (unsigned)splits);
+    /* 16-byte loads when every row starts 16-byte aligned: 8 lanes a row up to head_dim 64,
+     * 16 up to 128, 32 above; element loads (32 lanes, 8 elements each) otherwise */
+    const bool vec = hd % 8 == 0 && mc_cuda_aligned16(cache) && mc_cuda_aligned16(qkv);
+    if (!vec) kv_partial_launch<T, false, 32>(st, grid, a);
+    else if (hd <= 64) kv_partial_launch<T, true, 8>(st, grid, a);
+    else if (hd <= 128) kv_partial_launch<T, true, 16>(st, grid, a);
+    else kv_partial_launch<T, true, 32>(st, grid, a);
+    if (splits > 1)
+        kv_combine_kernel<T><<<mc_cuda_grid(st, rows * hd, KV_COMBINE_THREADS), KV_COMBINE_THREADS, 0, st->stream>>>(
+            out, a.part_o, a.part_ml, rows, hd, splits);
 }
 
 }  // namespace
@@ -133,19 +277,9 @@ bool mc_cuda_attention_kv_supports(const mc_op_sizes *s, mc_op_refusal *why) {
 void mc_cuda_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
                               const mc_tensor *pos, const mc_attn_desc *d) {
     mc_cuda_state *st = mc_cuda_st(be);
-    const int hpg = d->heads / d->groups;
-    const int64_t ntok = d->seq * d->batch, per_pos = (int64_t)d->groups * 2 * d->head_dim;
-    const int64_t cap = mc_tensor_numel(cache) / (d->batch * per_pos);
-    const int64_t nstore = ntok * per_pos;
-    const unsigned sgrid = mc_cuda_grid(st, nstore, 256);
-    const unsigned agrid = (unsigned)(ntok * d->heads);
+    const int64_t cap = mc_tensor_numel(cache) / (d->batch * (int64_t)d->groups * 2 * d->head_dim);
     MC_CUDA_DISPATCH_FLOAT(qkv->dtype, "attention_kv_fwd", T,
-                           kv_store_kernel<T><<<sgrid, 256, 0, st->stream>>>(
-                               (T *)cache->data, (const T *)qkv->data, (const int32_t *)pos->data, ntok, d->batch, cap,
-                               d->groups, hpg, d->head_dim, st->err_dev);
-                           kv_attend_kernel<T><<<agrid, 32 * KV_WARPS, 0, st->stream>>>(
-                               (T *)out->data, (const T *)cache->data, (const T *)qkv->data,
-                               (const int32_t *)pos->data, d->batch, cap, d->heads, d->groups, d->head_dim,
-                               d->softmax_scale));
+                           kv_attention<T>(st, (T *)out->data, (T *)cache->data, (const T *)qkv->data,
+                                           (const int32_t *)pos->data, d, cap));
     MC_CUDA_LAUNCHED(st, "attention_kv_fwd");
 }

@@ -168,7 +168,7 @@ static void cuda_memory_stats(mc_backend *be, size_t *allocated, size_t *max_all
     *allocated = st->allocated;
     *max_allocated = st->max_allocated;
     *reserved = st->allocated + st->workspace_bytes + st->lt_workspace_bytes + st->seg_dev_bytes +
-                sizeof(double) * MC_CUDA_RED_MAX_BLOCKS + 64;
+                sizeof(double) * MC_CUDA_RED_MAX_BLOCKS + sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS + 64;
 }
 
 static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
@@ -294,6 +294,7 @@ static void state_release(mc_cuda_state *st) {
     if (st->lt_workspace) cudaFree(st->lt_workspace);
     if (st->workspace) cudaFree(st->workspace);
     if (st->red_partials) cudaFree(st->red_partials);
+    if (st->kv_partials) cudaFree(st->kv_partials);
     if (st->red_result) cudaFree(st->red_result);
     if (st->host_result) cudaFreeHost(st->host_result);
     if (st->seg_host) cudaFreeHost(st->seg_host);
@@ -384,6 +385,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     CREATE_TRY(cudaMalloc(&st->lt_workspace, MC_CUDA_LT_WORKSPACE));
     st->lt_workspace_bytes = MC_CUDA_LT_WORKSPACE;
     CREATE_TRY(cudaMalloc((void **)&st->red_partials, sizeof(double) * MC_CUDA_RED_MAX_BLOCKS));
+    CREATE_TRY(cudaMalloc((void **)&st->kv_partials, sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS));
     CREATE_TRY(cudaMalloc(&st->red_result, 64));
     CREATE_TRY(cudaMallocHost(&st->host_result, 64));
     CREATE_TRY(cudaHostAlloc((void **)&st->err_host, 4 * sizeof(int), cudaHostAllocMapped));

@@ -80,6 +80,14 @@ typedef struct mc_cuda_gemm_prof mc_cuda_gemm_prof; /* gemm_profile.cu */
  * blocks, each writing one double. */
 enum { MC_CUDA_RED_MAX_BLOCKS = 2048 };
 
+/* attention_kv.cu's split partials (output sums, max and sum of each token, query head and
+ * split), F32. A fixed buffer, allocated with the backend, because decode steps are
+ * captured into CUDA graphs, which neither the scratch workspace (it moves when it grows)
+ * nor an allocation may enter: the kernel chooses fewer splits where more would not fit.
+ * 4 MiB: its splits fill an H200 twice, which takes fewer than 4 x 132 blocks of up to 4
+ * heads and (head_dim + 2) floats each, under 2^20 floats for any head_dim <= 256. */
+enum { MC_CUDA_KV_PARTIAL_FLOATS = 1 << 20 };
+
 typedef struct mc_cuda_state {
     const mc_backend *be; /* the backend this state belongs to (its public flags) */
     int device;
@@ -110,6 +118,9 @@ typedef struct mc_cuda_state {
     double *red_partials; /* [MC_CUDA_RED_MAX_BLOCKS] */
     void *red_result;     /* 64 bytes */
     void *host_result;    /* 64 bytes, pinned */
+
+    /* attention_kv_fwd's split partials (device), [MC_CUDA_KV_PARTIAL_FLOATS] */
+    float *kv_partials;
 
     /* segment tables (adamw, sumsq_segments): pinned staging + device copy */
     void *seg_host, *seg_dev;
