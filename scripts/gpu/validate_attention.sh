@@ -82,7 +82,7 @@ if [ "${GEN:-0}" = 1 ] && room 100; then
     echo "== generation speed (bench/gpu_generate.sh) [$(since)]"
     for batch in ${GEN_BATCHES:-1 32}; do
         room 60 || break
-        BATCH=$batch C="$C" OUT="$OUT/gen_b$batch" timeout 150 bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -${GEN_LINES:-8}
+        BATCH=$batch C="$C" OUT="$OUT/gen_b$batch" timeout ${GEN_TIMEOUT:-150} bash bench/gpu_generate.sh "$B" "$C/shared/bench" 2>&1 | tail -${GEN_LINES:-8}
     done
 fi
 if [ -n "${TRACE:-}" ] && room 60; then # where our step's time goes (scripts/gpu/trace.sh), per shape
