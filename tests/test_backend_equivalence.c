@@ -1355,8 +1355,36 @@ static void test_argmax_rows(void) {
     for (int k = 0; k < NDTYPES; k++) {
         argmax_case(32, 1, 128256, 128256, k_dtypes[k]); /* a decode step of Llama 3 */
         argmax_case(7, 2, 64128, 128000, k_dtypes[k]);   /* TP 2's gathered shards, padding ids left out */
-        argmax_case(1, 1, 300, 257, k_dtypes[k]);
+        argmax_case(1, 1, 300, 257, k_dtypes[k]);        /* rows not 16-byte aligned: element loads */
+        argmax_case(3, 1, 50304, 50257, k_dtypes[k]);    /* GPT-2's padded vocabulary: a part group at the end */
     }
+}
+
+/* decode_advance (a pipelined decode's next inputs): the CPU's tokens and positions, a
+ * position at the cache's end held there. */
+static void test_decode_advance(void) {
+    enum { N = 5, CAP = 10 };
+    const int32_t ids[N] = {7, 0, 50256, 3, 128000}, pos0[N] = {0, 8, 9, 4, 2};
+    int32_t want_t[N + 1] = {0}, want_p[N + 1], got_t[N + 1], got_p[N + 1];
+    memcpy(want_p, pos0, sizeof pos0);
+    want_p[N] = want_t[N] = -1; /* past the ids: left alone */
+    mc_tensor ct = mc_tensor_1d(want_t, MC_I32, N + 1), cp = mc_tensor_1d(want_p, MC_I32, N + 1);
+    mc_tensor ci = mc_tensor_1d((void *)ids, MC_I32, N);
+    mc_tensor gt = mc_tensor_1d(balloc(gpu, sizeof want_t), MC_I32, N + 1), gp = mc_tensor_1d(balloc(gpu, sizeof want_p), MC_I32, N + 1);
+    mc_tensor gi = mc_tensor_1d(balloc(gpu, sizeof ids), MC_I32, N);
+    gpu->copy_h2d(gpu, gt.data, want_t, sizeof want_t);
+    gpu->copy_h2d(gpu, gp.data, want_p, sizeof want_p);
+    gpu->copy_h2d(gpu, gi.data, ids, sizeof ids);
+    mc_op_decode_advance(cpu, &ct, &cp, &ci, CAP);
+    mc_op_decode_advance(gpu, &gt, &gp, &gi, CAP);
+    gpu->copy_d2h(gpu, got_t, gt.data, sizeof got_t);
+    gpu->copy_d2h(gpu, got_p, gp.data, sizeof got_p);
+    CHECK(want_p[0] == 1 && want_p[2] == CAP - 1 && want_p[N] == -1 && want_t[4] == 128000,
+          "decode_advance on the CPU: positions %d %d %d, token %d", want_p[0], want_p[2], want_p[N], want_t[4]);
+    CHECK(memcmp(got_t, want_t, sizeof got_t) == 0 && memcmp(got_p, want_p, sizeof got_p) == 0,
+          "decode_advance: the GPU's tokens or positions differ from the CPU's");
+    printf("  decode_advance n=%d cap=%d: %s\n", N, CAP, memcmp(got_p, want_p, sizeof got_p) ? "differ" : "same");
+    release_all();
 }
 
 static void test_attention(void) {
@@ -1920,6 +1948,7 @@ int main(void) {
     RUN_SELECTED(test_attention);
     RUN_SELECTED(test_attention_kv);
     RUN_SELECTED(test_argmax_rows);
+    RUN_SELECTED(test_decode_advance);
     RUN_SELECTED(test_adamw);
     RUN_SELECTED(test_master_split);
     RUN_SELECTED(test_reductions);

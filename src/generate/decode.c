@@ -13,7 +13,7 @@ void mc_decoder_bytes(const mc_model *m, int slots, int64_t cap, size_t *device,
     const size_t io = (size_t)m->max_tokens * 2 * sizeof(int32_t), ids = (size_t)slots * sizeof(int32_t);
     const size_t gathered = m->tp > 1 ? (size_t)slots * (size_t)m->padded_vocab * act_size(m) : 0;
     *device = (cap > 0 ? mc_kv_cache_bytes(m, cap, slots) : 0) + io + gathered + ids;
-    *host = io + ids + (size_t)slots * (size_t)m->padded_vocab * act_size(m) +
+    *host = io + ids * (1 + MC_DECODE_DEPTH) + (size_t)slots * (size_t)m->padded_vocab * act_size(m) +
             (size_t)m->padded_vocab * (sizeof(float) + sizeof(mc_gen_scored));
 }
 
@@ -47,6 +47,7 @@ void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap) {
     }
     d->ids = mc_tensor_1d(be->alloc(be, (size_t)slots * 4), MC_I32, slots);
     d->host_ids = be->host_alloc(be, (size_t)slots * 4);
+    d->host_ring = be->host_alloc(be, (size_t)slots * 4 * MC_DECODE_DEPTH);
     d->host_logits = be->host_alloc(be, (size_t)slots * (size_t)m->padded_vocab * act_size(m));
     d->row = mc_xmalloc(sizeof(float) * (size_t)m->padded_vocab);
     d->tmp = mc_xmalloc(sizeof(mc_gen_scored) * (size_t)m->padded_vocab);
@@ -54,6 +55,8 @@ void mc_decoder_init(mc_decoder *d, mc_model *m, int slots, int64_t cap) {
     if (d->graphs) {
         d->graph = mc_xcalloc((size_t)slots, sizeof(void *));
         d->stepped = mc_xcalloc((size_t)slots, sizeof(bool));
+        d->greedy_graph = mc_xcalloc((size_t)slots, sizeof(void *));
+        d->greedy_stepped = mc_xcalloc((size_t)slots, sizeof(bool));
     }
 }
 
@@ -61,9 +64,14 @@ void mc_decoder_free(mc_decoder *d) {
     if (!d->m) return;
     mc_backend *be = d->be;
     if (d->graph)
-        for (int n = 0; n < d->slots; n++) be->graph_free(be, d->graph[n]);
+        for (int n = 0; n < d->slots; n++) {
+            be->graph_free(be, d->graph[n]);
+            be->graph_free(be, d->greedy_graph[n]);
+        }
     free(d->graph);
     free(d->stepped);
+    free(d->greedy_graph);
+    free(d->greedy_stepped);
     if (d->cache.buf) mc_kv_cache_free(d->m, &d->cache);
     be->free(be, d->mb.tokens.data);
     be->free(be, d->mb.pos.data);
@@ -72,20 +80,29 @@ void mc_decoder_free(mc_decoder *d) {
     be->host_free(be, d->host_tokens);
     be->host_free(be, d->host_pos);
     be->host_free(be, d->host_ids);
+    be->host_free(be, d->host_ring);
     be->host_free(be, d->host_logits);
     free(d->row);
     free(d->tmp);
     memset(d, 0, sizeof *d);
 }
 
-/* The forward's [seq, batch] tokens and positions, from the host mirrors, queued: the
- * mirrors are page-locked and not written again before the choice waits for the device. */
-static void upload(mc_decoder *d, int64_t seq, int64_t batch) {
-    mc_backend *be = d->be;
-    const int64_t n = seq * batch;
+/* The forward's shape: [seq, batch] tokens and positions. */
+static void set_shape(mc_decoder *d, int64_t seq, int64_t batch) {
     d->mb.seq = seq;
     d->mb.batch = batch;
-    d->mb.tokens.shape[0] = d->mb.pos.shape[0] = n;
+    d->mb.tokens.shape[0] = d->mb.pos.shape[0] = seq * batch;
+}
+
+/* The forward's [seq, batch] tokens and positions, from the host mirrors, queued: the
+ * mirrors are page-locked and not written again before the choice waits for the device
+ * (or, pipelined, before the steps in flight are waited for). */
+static void upload(mc_decoder *d, int64_t seq, int64_t batch) {
+    mc_backend *be = d->be;
+    MC_ASSERT(d->launched == d->waited, "new inputs of %lld tokens while %lld greedy steps are in flight",
+              (long long)(seq * batch), (long long)(d->launched - d->waited));
+    const int64_t n = seq * batch;
+    set_shape(d, seq, batch);
     be->copy_h2d_async(be, d->mb.tokens.data, d->host_tokens, (size_t)n * 4);
     be->copy_h2d_async(be, d->mb.pos.data, d->host_pos, (size_t)n * 4);
 }
@@ -102,16 +119,43 @@ void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n) {
 
 static void step_forward(mc_decoder *d) { mc_model_forward_cached(d->m, &d->mb, &d->cache, 0); }
 
-/* The step's forward over the uploaded tokens recorded as a graph, or NULL when the backend
- * could not record it: then graphs are off for this decoder, said once on stderr, and the
- * caller runs the forward op by op (all of it: a failed capture may have run part of it,
- * which rewrites the same activations and cache entries). */
-static void *step_capture(mc_decoder *d) {
+/* Rows row0 .. row0 + n - 1's logits over the whole vocabulary, on every rank: this rank's
+ * shard, or with tensor parallelism all ranks' shards gathered ([tp x n, vocab_local]). */
+static mc_tensor choice_logits(mc_decoder *d, int64_t row0, int n) {
+    mc_model *m = d->m;
+    mc_tensor local = mc_model_head_logits(m, row0, n), x = local;
+    if (m->tp > 1) {
+        x = mc_tensor_rows(&d->gathered, 0, (int64_t)m->tp * n);
+        mc_comm_all_gather(&m->comm->tp, d->be, &x, &local);
+    }
+    return x;
+}
+
+/* A pipelined greedy step's device work over the mb's current inputs: the forward, the
+ * argmax into ids and the next step's inputs from it. */
+static void greedy_forward(mc_decoder *d) {
+    const int n = (int)d->mb.batch;
+    mc_tensor x = choice_logits(d, 0, n), ids = mc_tensor_1d(d->ids.data, MC_I32, n);
+    mc_op_argmax_rows(d->be, &ids, &x, d->m->cfg.vocab_size);
+    mc_tensor tokens = mc_tensor_1d(d->mb.tokens.data, MC_I32, n), pos = mc_tensor_1d(d->mb.pos.data, MC_I32, n);
+    mc_op_decode_advance(d->be, &tokens, &pos, &ids, d->cache.cap);
+}
+
+static void greedy_step(mc_decoder *d) {
+    step_forward(d);
+    greedy_forward(d);
+}
+
+/* body's work (a step's) recorded as a graph, or NULL when the backend could not record it:
+ * then graphs are off for this decoder, said once on stderr, and the caller runs the work
+ * op by op (all of it: a failed capture may have run part of it, which rewrites the same
+ * activations and cache entries). */
+static void *step_capture(mc_decoder *d, void (*body)(mc_decoder *)) {
     mc_backend *be = d->be;
     mc_err why = {{0}};
     void *graph = NULL;
     if (be->graph_capture_begin(be, &why)) {
-        step_forward(d);
+        body(d);
         graph = be->graph_capture_end(be, &why);
     }
     if (!graph) {
@@ -131,13 +175,54 @@ void mc_decoder_step(mc_decoder *d, int n, const int32_t *tokens, const int32_t 
         return;
     }
     void **graph = &d->graph[n - 1];
-    if (!*graph && d->stepped[n - 1]) *graph = step_capture(d);
+    if (!*graph && d->stepped[n - 1]) *graph = step_capture(d, step_forward);
     if (*graph) {
         d->be->graph_launch(d->be, *graph);
         return;
     }
     d->stepped[n - 1] = true;
     step_forward(d);
+}
+
+void mc_decoder_greedy_launch(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos) {
+    mc_backend *be = d->be;
+    MC_ASSERT(d->cache.buf && n >= 1 && n <= d->slots && (tokens != NULL) == (pos != NULL),
+              "a pipelined greedy step over %d slots of %d", n, d->slots);
+    MC_ASSERT(d->launched - d->waited < MC_DECODE_DEPTH, "%lld greedy steps in flight, at most %d",
+              (long long)(d->launched - d->waited), MC_DECODE_DEPTH);
+    if (tokens) { /* (upload asserts that no step is in flight: the mirrors may be its source) */
+        memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
+        memcpy(d->host_pos, pos, sizeof(int32_t) * (size_t)n);
+        upload(d, 1, n);
+    } else {
+        MC_ASSERT(d->launched > 0 && n == d->greedy_n, "a greedy step over %d slots continuing one over %d", n,
+                  d->launched > 0 ? d->greedy_n : 0);
+        set_shape(d, 1, n);
+    }
+    bool ran = false;
+    if (d->graphs) {
+        void **graph = &d->greedy_graph[n - 1];
+        if (!*graph && d->greedy_stepped[n - 1]) *graph = step_capture(d, greedy_step);
+        if (*graph) {
+            be->graph_launch(be, *graph);
+            ran = true;
+        }
+        d->greedy_stepped[n - 1] = true;
+    }
+    if (!ran) greedy_step(d);
+    const int k = (int)(d->launched % MC_DECODE_DEPTH);
+    be->copy_d2h_async(be, d->host_ring + (size_t)k * (size_t)d->slots, d->ids.data, (size_t)n * 4);
+    be->mark(be, k);
+    d->launched++;
+    d->greedy_n = n;
+}
+
+const int32_t *mc_decoder_greedy_wait(mc_decoder *d) {
+    MC_ASSERT(d->waited < d->launched, "a wait for a greedy step with none in flight");
+    const int k = (int)(d->waited % MC_DECODE_DEPTH);
+    d->be->wait_mark(d->be, k);
+    d->waited++;
+    return d->host_ring + (size_t)k * (size_t)d->slots;
 }
 
 void mc_decoder_window(mc_decoder *d, const int32_t *ctx, int len) {
@@ -164,12 +249,8 @@ void mc_decoder_choose(mc_decoder *d, int64_t row0, int n, const mc_gen_params *
                        int32_t *out) {
     mc_model *m = d->m;
     mc_backend *be = d->be;
-    MC_ASSERT(n >= 1 && n <= d->slots, "a choice of %d rows, %d slots", n, d->slots);
-    mc_tensor local = mc_model_head_logits(m, row0, n), x = local; /* [n, vocab_local] this rank's shard */
-    if (m->tp > 1) { /* every rank all the rows' logits: [tp x n, vocab_local] */
-        x = mc_tensor_rows(&d->gathered, 0, (int64_t)m->tp * n);
-        mc_comm_all_gather(&m->comm->tp, be, &x, &local);
-    }
+    MC_ASSERT(n >= 1 && n <= d->slots && d->launched == d->waited, "a choice of %d rows, %d slots, %lld greedy steps in flight", n, d->slots, (long long)(d->launched - d->waited));
+    mc_tensor x = choice_logits(d, row0, n);
     mc_tensor ids = mc_tensor_1d(d->ids.data, MC_I32, n);
     mc_op_argmax_rows(be, &ids, &x, m->cfg.vocab_size);
     bool draws = false;

@@ -17,7 +17,13 @@
  * first step over n runs op by op, so that one-time work (cuBLASLt's descriptors and
  * algorithm timing) happens outside the capture. A capture that fails says why on stderr
  * once, and the decoder's steps run op by op from then on; so do they all with
- * MC_DECODE_GRAPHS=0 in the environment (timing, bisection). */
+ * MC_DECODE_GRAPHS=0 in the environment (timing, bisection).
+ *
+ * Greedy steps can also run pipelined (mc_decoder_greedy_launch/_wait): a step's graph then
+ * also holds the LM head, the argmax and decode_advance, which writes the chosen ids and
+ * the next positions into the next step's inputs on the device, so the host queues step
+ * k + 1 before it reads step k's ids and the device never waits for the host between
+ * steps (the host's turn between two steps, a third of a small model's step, is hidden). */
 #ifndef MC_GENERATE_DECODE_H
 #define MC_GENERATE_DECODE_H
 
@@ -43,7 +49,15 @@ typedef struct mc_decoder {
     bool graphs;          /* steps replay graphs (the banner) */
     void **graph;         /* [slots]: graph[n - 1], the step's forward over n slots, or NULL */
     bool *stepped;        /* [slots]: stepped[n - 1], a step over n slots has run */
+    void **greedy_graph;  /* [slots]: the pipelined greedy step over n slots, or NULL */
+    bool *greedy_stepped; /* [slots]: such a step over n slots has run */
+    int32_t *host_ring;   /* page-locked [MC_DECODE_DEPTH x slots]: the ids of the steps in flight */
+    int64_t launched, waited; /* pipelined greedy steps queued, and read back */
+    int greedy_n;         /* the slots of the last pipelined step */
 } mc_decoder;
+
+/* Pipelined greedy steps in flight at most (each has a ring row and a backend mark). */
+#define MC_DECODE_DEPTH 2
 
 /* Backend and host bytes mc_decoder_init allocates for a decoder over m (cache included). */
 void mc_decoder_bytes(const mc_model *m, int slots, int64_t cap, size_t *device, size_t *host);
@@ -59,6 +73,18 @@ void mc_decoder_prefill(mc_decoder *d, int slot, const int32_t *tokens, int n);
  * forward; row b is slot b's. A slot no sequence holds is given any token at position 0
  * (its own cache, written and never read). */
 void mc_decoder_step(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos);
+/* A greedy decode step over slots 0 .. n - 1, queued without waiting for the device: the
+ * forward, the choice (mc_decoder_choose's greedy one) and the copy of its ids to the host.
+ * tokens, pos: each slot's token and position as mc_decoder_step takes them; NULL for both:
+ * each slot's id chosen by the last launched step, at the next position (held at the
+ * cache's last), and then n must be that step's. Given tokens, no step may be in flight
+ * (nor for prefill, step, window and choose); at most MC_DECODE_DEPTH steps launched and
+ * not waited for. */
+void mc_decoder_greedy_launch(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos);
+/* Waits for the oldest launched greedy step not yet waited for; its n ids, valid until
+ * MC_DECODE_DEPTH more launches. */
+const int32_t *mc_decoder_greedy_wait(mc_decoder *d);
+
 /* The forward over the window of the model's seq_length positions holding ctx[0 .. len)
  * (zeros after it; causal, so they change nothing before), without the cache: the
  * recompute that checks the cache, and the trainer's sample; the next token's row is

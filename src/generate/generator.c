@@ -11,9 +11,11 @@
  * one forward over slots 0 .. the highest held one, a token each. A slot whose sequence has
  * ended is masked (its row computed and ignored) until the next sequence takes it, straight
  * after: slots never move, so no cache is ever copied, and a decode step has one of at most
- * max_batch shapes (a CUDA graph each, later); the batch shrinks from the top as sequences
- * end, and on a GPU a decode step costs about the same at batch 1 as at 32 (it reads every
- * weight once either way), so masked rows cost little. */
+ * max_batch shapes (a CUDA graph each); the batch shrinks from the top as sequences end,
+ * and on a GPU a decode step costs about the same at batch 1 as at 32 (it reads every
+ * weight once either way), so masked rows cost little. While every held slot's sequence
+ * is greedy, steps run pipelined (decode.h), the host a step behind the device, until a
+ * sequence ends. */
 #include "generate/generator.h"
 
 #include <stdio.h>
@@ -239,6 +241,25 @@ static void run_window(run *r, int n, mc_gen_stats *stats) {
     }
 }
 
+/* A decode step's chosen ids given to the `active` sequences in slots order[0 .. active)
+ * (sequence order): each one's next token and position, or its slot freed (seq_of -1) when
+ * it has ended; order keeps the ones going on. Returns how many do. */
+static int take_step(run *r, int *seq_of, int *order, int active, const int32_t *chosen, int32_t *tokens,
+                     int32_t *pos) {
+    int going = 0;
+    for (int k = 0; k < active; k++) {
+        const int b = order[k], i = seq_of[b];
+        if (take(r, i, chosen[b])) {
+            tokens[b] = chosen[b];
+            pos[b]++;
+            order[going++] = b;
+        } else {
+            seq_of[b] = -1;
+        }
+    }
+    return going;
+}
+
 /* The sequences through the cache's slots (see the banner). */
 static void run_cached(run *r, int n, mc_gen_stats *stats) {
     mc_decoder *d = &r->g->dec;
@@ -276,36 +297,65 @@ static void run_cached(run *r, int n, mc_gen_stats *stats) {
         for (int b = 0; b < B; b++)
             if (seq_of[b] >= 0) rows = b + 1;
         if (rows == 0) break;
-        /* one decode step over slots 0 .. rows - 1 */
-        const double t0 = mc_time_now();
+        /* decode steps over slots 0 .. rows - 1 */
+        double t0 = mc_time_now();
         int active = 0;
+        bool greedy = true;
+        int budget = INT32_MAX; /* steps before the first sequence runs out of new tokens */
         for (int b = 0; b < rows; b++) {
             const int i = seq_of[b];
             params[b] = i >= 0 ? &r->seqs[i].params : NULL;
             index[b] = i >= 0 ? (uint64_t)r->seqs[i].produced : 0;
-            if (i < 0) tokens[b] = pos[b] = 0; /* masked: its own slot's position 0 */
-            else order[active++] = b;
+            if (i < 0) {
+                tokens[b] = pos[b] = 0; /* masked: its own slot's position 0 */
+                continue;
+            }
+            order[active++] = b;
+            greedy = greedy && params[b]->temperature <= 0;
+            const int left = params[b]->max_new_tokens - r->seqs[i].produced;
+            budget = left < budget ? left : budget;
         }
-        mc_decoder_step(d, rows, tokens, pos);
-        mc_decoder_choose(d, 0, rows, params, index, chosen);
         for (int k = 1; k < active; k++) /* the tokens go out in sequence order */
             for (int j = k; j > 0 && seq_of[order[j]] < seq_of[order[j - 1]]; j--) {
                 const int t = order[j];
                 order[j] = order[j - 1];
                 order[j - 1] = t;
             }
-        for (int k = 0; k < active; k++) {
-            const int b = order[k], i = seq_of[b];
-            if (take(r, i, chosen[b])) {
-                tokens[b] = chosen[b];
-                pos[b]++;
-            } else {
-                seq_of[b] = -1;
+        if (!greedy) { /* one step, its logits drawn from on the host */
+            mc_decoder_step(d, rows, tokens, pos);
+            mc_decoder_choose(d, 0, rows, params, index, chosen);
+            take_step(r, seq_of, order, active, chosen, tokens, pos);
+            if (stats) {
+                stats->decode_s += mc_time_now() - t0;
+                stats->decode_tokens += active;
             }
+            continue;
         }
-        if (stats) {
-            stats->decode_s += mc_time_now() - t0;
-            stats->decode_tokens += active;
+        /* greedy: pipelined steps while the slots' sequences stay the same (an end of
+         * document seen one step late costs one step; budgets are known, so no step is
+         * launched past the first sequence's end of budget) */
+        mc_decoder_greedy_launch(d, rows, tokens, pos);
+        int launched = 1, inflight = 1;
+        bool same = true;
+        while (inflight > 0) {
+            if (same && inflight < MC_DECODE_DEPTH && launched < budget) {
+                mc_decoder_greedy_launch(d, rows, NULL, NULL);
+                launched++;
+                inflight++;
+                continue;
+            }
+            const int32_t *ids = mc_decoder_greedy_wait(d);
+            inflight--;
+            memcpy(chosen, ids, sizeof(int32_t) * (size_t)rows);
+            const int before = active;
+            active = take_step(r, seq_of, order, active, chosen, tokens, pos);
+            same = same && active == before;
+            if (stats) {
+                const double now = mc_time_now();
+                stats->decode_s += now - t0;
+                stats->decode_tokens += before;
+                t0 = now;
+            }
         }
     }
     free(seq_of);

@@ -40,6 +40,9 @@ typedef enum { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device_kind;
 /* A set of dtypes: the OR of MC_DTYPE_BIT(dt). */
 #define MC_DTYPE_BIT(dt) (1u << (unsigned)(dt))
 
+/* Marks a backend keeps for mark/wait_mark (below). */
+#define MC_BACKEND_MARKS 4
+
 /* The dtype of statistics, RoPE tables, masks and weight gradients for activations of
  * dtype `act` (the conventions above): F64 with F64 activations, else F32. */
 static inline mc_dtype mc_stat_dtype(mc_dtype act) { return act == MC_F64 ? MC_F64 : MC_F32; }
@@ -219,6 +222,14 @@ struct mc_backend {
     /* Waits until every asynchronous copy issued so far, and the work queued before it, is
      * done; not for the work queued after the last one (as sync would). */
     void (*wait_copies)(mc_backend *);
+    /* Host waits on part of the queued work, for pipelines that queue step k + 1 before
+     * they read step k's results (generation's greedy decode): mark(be, i) records mark i
+     * (0 <= i < MC_BACKEND_MARKS) behind the work queued so far, moving it if it was
+     * recorded before; wait_mark(be, i) returns when the work queued before mark i is done
+     * (at once for a mark never recorded). On the CPU work is done when queued: both do
+     * nothing. */
+    void (*mark)(mc_backend *, int i);
+    void (*wait_mark)(mc_backend *, int i);
     /* A device-to-host copy off the backend's stream, for another thread (a checkpoint
      * writer) while the stream runs other work: it returns when the copy is done, without
      * waiting for the stream or ordering with it, so the caller makes sure nothing writes
@@ -346,6 +357,12 @@ struct mc_backend {
      * largest value, the lowest id among equals; NaN counts as -inf (an all -inf row gives
      * 0). So only n ids, not the logits, need to reach the host. */
     void (*argmax_rows)(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
+    /* The next decode step's inputs from this step's choice, on the device, so that a
+     * pipelined decode can queue a step before the host has read the last one's ids: for
+     * each b < n = ids' elements, tokens[b] = ids[b] and pos[b] = pos[b] + 1, held at
+     * cap - 1 (a slot whose sequence has ended may run a step past its end; what it writes
+     * there is never read). All I32. */
+    void (*decode_advance)(mc_backend *, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap);
 
     /* ---- dropout and residual (masks regenerated from Philox, never stored) ----
      * y = x * keep / (1 - p), keep = uniform(seed, stream, i) >= p, 0 <= p < 1. y may

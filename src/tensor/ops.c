@@ -618,6 +618,21 @@ void mc_op_argmax_rows(mc_backend *be, mc_tensor *ids, const mc_tensor *x, int64
     be->argmax_rows(be, ids, x, vocab);
 }
 
+void mc_op_decode_advance(mc_backend *be, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap) {
+    const char *op = "decode_advance";
+    need_ids(op, "ids", ids);
+    need_ids(op, "tokens", tokens);
+    need_ids(op, "pos", pos);
+    const int64_t n = mc_tensor_numel(ids);
+    if (mc_tensor_numel(tokens) < n || mc_tensor_numel(pos) < n)
+        op_fail(op, mc_tensor_numel(tokens) < n ? "tokens" : "pos",
+                textf("at least %lld elements (one an id)", (long long)n).s,
+                shape_text(mc_tensor_numel(tokens) < n ? tokens : pos).s);
+    if (cap < 1) op_fail(op, "cap", "at least 1 (positions a cache slot holds)", textf("%lld", (long long)cap).s);
+    need_apart(op, "tokens", tokens, "pos", pos);
+    be->decode_advance(be, tokens, pos, ids, cap);
+}
+
 void mc_op_attention_bwd(mc_backend *be, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                          const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d) {
     const char *op = "attention_bwd";

@@ -74,6 +74,8 @@ void mc_op_attention_kv_fwd(mc_backend *be, mc_tensor *out, mc_tensor *cache, co
                             const mc_tensor *pos, const mc_attn_desc *d);
 /* backend.h's argmax_rows (the greedy choice of generation). */
 void mc_op_argmax_rows(mc_backend *be, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
+/* backend.h's decode_advance (a pipelined decode's next inputs, on the device). */
+void mc_op_decode_advance(mc_backend *be, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap);
 
 /* ---- dropout and residual ---- */
 void mc_op_dropout_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, float p, uint64_t seed, uint64_t stream);

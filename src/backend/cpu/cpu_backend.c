@@ -56,6 +56,10 @@ static void cpu_zero(mc_backend *be, void *dst, size_t bytes) {
 }
 
 static void cpu_sync(mc_backend *be) { (void)be; }
+static void cpu_mark(mc_backend *be, int i) {
+    (void)be;
+    MC_ASSERT(i >= 0 && i < MC_BACKEND_MARKS, "mark %d of %d", i, MC_BACKEND_MARKS);
+}
 
 void *mc_cpu_workspace(mc_backend *be, size_t bytes) {
     mc_cpu_state *st = be->impl;
@@ -201,6 +205,8 @@ mc_backend *mc_backend_cpu_create(void) {
     be->zero = cpu_zero;
     be->sync = cpu_sync;
     be->wait_copies = cpu_sync; /* the copies are done on return */
+    be->mark = cpu_mark;
+    be->wait_mark = cpu_mark; /* the work is done when queued */
     be->convert = cpu_convert;
     be->fill = mc_cpu_fill;
     be->init_normal = mc_cpu_init_normal;
@@ -228,6 +234,7 @@ mc_backend *mc_backend_cpu_create(void) {
     be->attention_bwd = mc_cpu_attention_bwd;
     be->attention_kv_fwd = mc_cpu_attention_kv_fwd;
     be->argmax_rows = mc_cpu_argmax_rows;
+    be->decode_advance = mc_cpu_decode_advance;
     be->dropout_fwd = mc_cpu_dropout_fwd;
     be->dropout_bwd = mc_cpu_dropout_bwd;
     be->dropout_add_fwd = mc_cpu_dropout_add_fwd;

@@ -132,6 +132,7 @@ void mc_cpu_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, con
                              const mc_tensor *pos, const mc_attn_desc *d);
 /* argmax.c */
 void mc_cpu_argmax_rows(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
+void mc_cpu_decode_advance(mc_backend *, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap);
 void mc_cpu_attention_bwd(mc_backend *, mc_tensor *dqkv, mc_tensor *dbias, const mc_tensor *dout,
                           const mc_tensor *qkv, const mc_tensor *out, const mc_tensor *lse, const mc_attn_desc *d);
 /* dropout.c */

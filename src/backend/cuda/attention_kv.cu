@@ -1,23 +1,24 @@
 /* attention_kv.cu: causal attention of new tokens over a key/value cache, for generation
  * (backend.h's attention_kv_fwd; the CPU reference is backend/cpu/attention_kv.c).
  *
- * Three kernels, split-KV ("flash-decoding"):
+ * Two kernels, split-KV ("flash-decoding"):
  * - store: the new tokens' key and value heads into the cache at each token's own position
  *   (one thread an element);
  * - partial: a block per (new token t, KV group g, up to KV_HEADS of g's query heads, split
  *   s): it reads the key/value rows of split s's chunk of t's positions 0 .. pos[t] once for
  *   all its query heads, with a streaming softmax in F32, and writes its unnormalized output
  *   sums, max and sum to the partial buffer (or, with one split, the normalized output);
- * - combine (more than one split): per output element, the splits' partials merged with
- *   the log-sum-exp rescaling, written in the tensor's dtype.
+ *   the split that finishes last (a counter per block row) merges the splits' partials with
+ *   the log-sum-exp rescaling into the output, in the tensor's dtype: no combine launch, and
+ *   no wait for one, in a decode step that is mostly launches.
  * A decode step has few (token, group) pairs, so they alone would leave most of the
  * multiprocessors idle: the host splits each pair's positions over enough blocks to fill the
- * machine twice. Positions are read on the device only, so that a decode step's launches
+ * machine (kv_splits). Positions are read on the device only, so that a decode step's launches
  * stay the same from step to step (capturable in a CUDA graph): the host sizes the number
  * of splits from the token count and the cache capacity, and each block cuts its token's
  * own length into that many chunks (whole iterations of keys); a block whose chunk starts
  * past the token's last position writes an empty partial. A prompt's prefill runs through
- * the same kernels (many tokens: one split, no combine; each new token over its own prefix:
+ * the same kernels (many tokens: one split; each new token over its own prefix:
  * simple, not fast). A position outside the cache is reported as rope's are
  * (cuda_internal.h) and attends to nothing. */
 #include "backend/cuda/cuda_internal.h"
@@ -29,7 +30,7 @@ constexpr int KV_WARPS = 4;         /* warps of a partial block */
 constexpr int KV_HEADS = 4;         /* query heads of one group a partial block serves */
 constexpr int KV_UNROLL = 2;        /* key rows a row group (L lanes) has in flight at once */
 constexpr int KV_MIN_CHUNK = 32;    /* the fewest cache positions worth a split of their own */
-constexpr int KV_COMBINE_THREADS = 128;
+constexpr int KV_FILL = 4;          /* partial blocks a multiprocessor, split launches (kv_splits) */
 
 template <typename T>
 __global__ void kv_store_kernel(T *cache, const T *qkv, const int32_t *pos, int64_t ntok, int64_t B, int64_t cap,
@@ -49,11 +50,13 @@ __global__ void kv_store_kernel(T *cache, const T *qkv, const int32_t *pos, int6
 }
 
 /* The partial kernel's operands. part_o [tokens, heads, splits, d] and part_ml [tokens,
- * heads, splits, 2] (max, sum) F32 in the backend's partial buffer; unused with one split. */
+ * heads, splits, 2] (max, sum) F32 in the backend's partial buffer, and a counter per
+ * block row (kv_counters); unused with one split. */
 template <typename T>
 struct kv_args {
     T *out;
     float *part_o, *part_ml;
+    unsigned *counters;
     const T *cache, *qkv;
     const int32_t *pos;
     int64_t B, cap;
@@ -61,13 +64,41 @@ struct kv_args {
     float scale;
 };
 
+/* 8 elements of a key or value row as loaded, not yet widened: what a lane holds while the
+ * next iteration's rows are in flight (4 registers in bf16 or f16, 8 in F32). */
+template <typename T>
+union kv_raw {
+    uint4 u[sizeof(T) / 2];
+    T e[8];
+};
+
+template <typename T, bool VEC>
+__device__ __forceinline__ void kv_fetch(kv_raw<T> &r, const T *p, int c0, int d) {
+    if (VEC && c0 + 8 <= d) {
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(T) / 2); i++) r.u[i] = reinterpret_cast<const uint4 *>(p + c0)[i];
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) r.e[k] = c0 + k < d ? p[c0 + k] : T(0.0f);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void kv_widen(const kv_raw<T> &r, float v[8]) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = mc_ld(&r.e[k]);
+}
+
 /* Block (blockIdx.x = (t groups + g) hchunks + hc, blockIdx.y = split s of gridDim.y):
  * token t, group g, its query heads hc KV_HEADS .. (nh of them). Its threads form row
  * groups of L lanes, each lane owning 8 dims (lane % L) * 8 .. + 7 of a key, value, query
  * and output row (16-byte loads with VEC: with L = 8, one warp instruction reads 4 whole
  * rows of 64 bf16); a row group scores KV_UNROLL keys at a time (dot products summed over
  * its L lanes) for each of the block's query heads, keeps a streaming softmax of them in
- * F32, and the row groups' sums are merged through shared memory at the end. */
+ * F32, and has the next KV_UNROLL keys' rows in flight meanwhile; the row groups' sums are
+ * merged through shared memory at the end. With more than one split, the block writes its
+ * partial and counts itself in; the split that comes last merges all of them into out
+ * (flash-decoding's combine, without a kernel of its own). */
 template <typename T, bool VEC, int L>
 __global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args<T> a) {
     constexpr int NRG = KV_WARPS * 32 / L;  /* row groups of the block */
@@ -76,6 +107,7 @@ __global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args
     __shared__ float s_m[NRG][KV_HEADS], s_l[NRG][KV_HEADS];    /* ... its max and sum */
     __shared__ float s_f[NRG][KV_HEADS];                        /* e^(m_rg - M): its weight */
     __shared__ float s_L[KV_HEADS];                             /* the block's sum */
+    __shared__ bool s_last;                                     /* this split came last */
     const int d = a.d, hpg = a.heads / a.groups, hchunks = (hpg + KV_HEADS - 1) / KV_HEADS;
     const int hc = (int)(blockIdx.x % hchunks), g = (int)(blockIdx.x / hchunks % a.groups);
     const int64_t t = blockIdx.x / hchunks / a.groups, b = t % a.B;
@@ -88,146 +120,163 @@ __global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args
     const int64_t chunk = ((len + splits - 1) / splits + STEP - 1) / STEP * STEP;
     const int64_t start = split * chunk, stop = start + chunk < len ? start + chunk : len;
     const int64_t row = t * a.heads + (int64_t)g * hpg + h0; /* out/partial row of the block's first head */
-    if (splits > 1 && start >= stop) { /* an empty partial: weight 0 in the combine */
-        if ((int)threadIdx.x < nh) {
-            a.part_ml[((row + threadIdx.x) * splits + split) * 2] = -INFINITY;
-            a.part_ml[((row + threadIdx.x) * splits + split) * 2 + 1] = 0.0f;
-        }
-        return;
-    }
 
-    /* the block's queries (pre-scaled) and outputs, this lane's 8 dims of each */
-    const T *qg = a.qkv + t * (int64_t)a.groups * (hpg + 2) * d + ((int64_t)g * (hpg + 2) + h0) * d;
-    float q[KV_HEADS][8], acc[KV_HEADS][8], m[KV_HEADS], l[KV_HEADS];
-#pragma unroll
-    for (int i = 0; i < KV_HEADS; i++) {
-        if (i < nh) mc_load_group<T, VEC>(qg + (int64_t)i * d, c0, d, q[i]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            if (i < nh) q[i][k] *= a.scale;
-            else q[i][k] = 0.0f;
-            acc[i][k] = 0.0f;
-        }
-        m[i] = -INFINITY, l[i] = 0.0f;
-    }
-    const int64_t crow = (int64_t)a.groups * 2 * d; /* one position of one sequence */
-    const T *kv = a.cache + b * a.cap * crow + (int64_t)g * 2 * d; /* position j's key at kv + j crow, value + d */
-    /* row group rg takes keys j0 + u NRG + rg; the loop's bounds are the block's, so every
-     * lane of a warp takes part in its row groups' shuffles */
-    for (int64_t j0 = start; j0 < stop; j0 += STEP) {
-        float kr[KV_UNROLL][8], vr[KV_UNROLL][8];
-        bool ok[KV_UNROLL];
-#pragma unroll
-        for (int u = 0; u < KV_UNROLL; u++) {
-            const int64_t j = j0 + u * NRG + rg;
-            ok[u] = j < stop;
-            if (ok[u]) {
-                mc_load_group<T, VEC>(kv + j * crow, c0, d, kr[u]);
-                mc_load_group<T, VEC>(kv + j * crow + d, c0, d, vr[u]);
-            } else {
-#pragma unroll
-                for (int k = 0; k < 8; k++) kr[u][k] = vr[u][k] = 0.0f;
-            }
-        }
+    if (start < stop) {
+        /* the block's queries (pre-scaled) and outputs, this lane's 8 dims of each */
+        const T *qg = a.qkv + t * (int64_t)a.groups * (hpg + 2) * d + ((int64_t)g * (hpg + 2) + h0) * d;
+        float q[KV_HEADS][8], acc[KV_HEADS][8], m[KV_HEADS], l[KV_HEADS];
 #pragma unroll
         for (int i = 0; i < KV_HEADS; i++) {
-            if (i >= nh) continue;
-            float sc[KV_UNROLL], bm = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < KV_UNROLL; u++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < 8; k++) s += q[i][k] * kr[u][k];
-#pragma unroll
-                for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o); /* within the row group */
-                sc[u] = ok[u] ? s : -INFINITY;
-                bm = fmaxf(bm, sc[u]);
-            }
-            const float mn = fmaxf(m[i], bm); /* -inf: no key of this row group yet (then p = 0) */
-            const float corr = mn > -INFINITY ? __expf(m[i] - mn) : 1.0f;
-            float p[KV_UNROLL], ps = 0.0f;
-#pragma unroll
-            for (int u = 0; u < KV_UNROLL; u++) ps += p[u] = ok[u] ? __expf(sc[u] - mn) : 0.0f;
-            l[i] = l[i] * corr + ps;
+            if (i < nh) mc_load_group<T, VEC>(qg + (int64_t)i * d, c0, d, q[i]);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                float v = acc[i][k] * corr;
-#pragma unroll
-                for (int u = 0; u < KV_UNROLL; u++) v += p[u] * vr[u][k];
-                acc[i][k] = v;
+                if (i < nh) q[i][k] *= a.scale;
+                else q[i][k] = 0.0f;
+                acc[i][k] = 0.0f;
             }
-            m[i] = mn;
+            m[i] = -INFINITY, l[i] = 0.0f;
         }
-    }
-
-    /* the row groups merged: O = sum_rg acc_rg e^(m_rg - M), L = sum_rg l_rg e^(m_rg - M) */
+        const int64_t crow = (int64_t)a.groups * 2 * d; /* one position of one sequence */
+        const T *kv = a.cache + b * a.cap * crow + (int64_t)g * 2 * d; /* position j's key at kv + j crow, value + d */
+        /* row group rg takes keys j0 + u NRG + rg; the loop's bounds are the block's, so every
+         * lane of a warp takes part in its row groups' shuffles */
+        kv_raw<T> kn[KV_UNROLL], vn[KV_UNROLL]; /* the next iteration's rows, in flight */
 #pragma unroll
-    for (int i = 0; i < KV_HEADS; i++) {
-        float4 *dst = reinterpret_cast<float4 *>(&s_acc[rg][i][c0]);
-        dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-        dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
-        if (c0 == 0) s_m[rg][i] = m[i], s_l[rg][i] = l[i];
+        for (int u = 0; u < KV_UNROLL; u++) {
+            const int64_t j = start + u * NRG + rg;
+            if (j < stop) kv_fetch<T, VEC>(kn[u], kv + j * crow, c0, d), kv_fetch<T, VEC>(vn[u], kv + j * crow + d, c0, d);
+        }
+        for (int64_t j0 = start; j0 < stop; j0 += STEP) {
+            float kr[KV_UNROLL][8], vr[KV_UNROLL][8];
+            bool ok[KV_UNROLL];
+#pragma unroll
+            for (int u = 0; u < KV_UNROLL; u++) {
+                ok[u] = j0 + u * NRG + rg < stop;
+                kv_widen(kn[u], kr[u]);
+                kv_widen(vn[u], vr[u]);
+                const int64_t j = j0 + STEP + u * NRG + rg;
+                if (j < stop) kv_fetch<T, VEC>(kn[u], kv + j * crow, c0, d), kv_fetch<T, VEC>(vn[u], kv + j * crow + d, c0, d);
+            }
+#pragma unroll
+            for (int i = 0; i < KV_HEADS; i++) {
+                if (i >= nh) continue;
+                float sc[KV_UNROLL], bm = -INFINITY;
+#pragma unroll
+                for (int u = 0; u < KV_UNROLL; u++) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 8; k++) s += q[i][k] * kr[u][k];
+#pragma unroll
+                    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o); /* within the row group */
+                    sc[u] = ok[u] ? s : -INFINITY;
+                    bm = fmaxf(bm, sc[u]);
+                }
+                const float mn = fmaxf(m[i], bm); /* -inf: no key of this row group yet (then p = 0) */
+                const float corr = mn > -INFINITY ? __expf(m[i] - mn) : 1.0f;
+                float p[KV_UNROLL], ps = 0.0f;
+#pragma unroll
+                for (int u = 0; u < KV_UNROLL; u++) ps += p[u] = ok[u] ? __expf(sc[u] - mn) : 0.0f;
+                l[i] = l[i] * corr + ps;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    float v = acc[i][k] * corr;
+#pragma unroll
+                    for (int u = 0; u < KV_UNROLL; u++) v += ok[u] ? p[u] * vr[u][k] : 0.0f;
+                    acc[i][k] = v;
+                }
+                m[i] = mn;
+            }
+        }
+
+        /* the row groups merged: O = sum_rg acc_rg e^(m_rg - M), L = sum_rg l_rg e^(m_rg - M) */
+#pragma unroll
+        for (int i = 0; i < KV_HEADS; i++) {
+            float4 *dst = reinterpret_cast<float4 *>(&s_acc[rg][i][c0]);
+            dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+            if (c0 == 0) s_m[rg][i] = m[i], s_l[rg][i] = l[i];
+        }
+        __syncthreads();
+        if ((int)threadIdx.x < nh) {
+            const int i = (int)threadIdx.x;
+            float M = -INFINITY, sum = 0.0f;
+            for (int r = 0; r < NRG; r++) M = fmaxf(M, s_m[r][i]);
+            for (int r = 0; r < NRG; r++) {
+                const float f = s_m[r][i] > -INFINITY ? __expf(s_m[r][i] - M) : 0.0f;
+                s_f[r][i] = f;
+                sum += s_l[r][i] * f;
+            }
+            s_L[i] = sum;
+            if (splits > 1) {
+                a.part_ml[((row + i) * splits + split) * 2] = M;
+                a.part_ml[((row + i) * splits + split) * 2 + 1] = sum;
+            }
+        }
+        __syncthreads();
+        for (int e = (int)threadIdx.x; e < nh * d; e += (int)blockDim.x) {
+            const int i = e / d, c = e % d;
+            float o = 0.0f;
+#pragma unroll 4
+            for (int r = 0; r < NRG; r++) o += s_acc[r][i][c] * s_f[r][i];
+            if (splits > 1) a.part_o[((row + i) * splits + split) * d + c] = o;
+            else mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
+        }
+    } else if ((int)threadIdx.x < nh) { /* an empty partial (several splits): weight 0 */
+        a.part_ml[((row + threadIdx.x) * splits + split) * 2] = -INFINITY;
+        a.part_ml[((row + threadIdx.x) * splits + split) * 2 + 1] = 0.0f;
+    }
+    if (splits == 1) return;
+
+    /* count this split in; the last merges: O = sum_s O_s e^(m_s - M) / sum_s l_s e^(m_s - M)
+     * over the splits with keys (m_s > -inf), 0 where none has any (a position outside the
+     * cache). The partials of other blocks are read past the L1 cache (__ldcg). */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned before = atomicAdd(&a.counters[blockIdx.x], 1u);
+        s_last = before == (unsigned)splits - 1;
+        if (s_last) a.counters[blockIdx.x] = 0; /* for the next launch: every split has counted */
     }
     __syncthreads();
+    if (!s_last) return;
+    __threadfence();
     if ((int)threadIdx.x < nh) {
-        const int i = (int)threadIdx.x;
+        const float *ml = a.part_ml + (row + threadIdx.x) * splits * 2;
         float M = -INFINITY, sum = 0.0f;
-        for (int r = 0; r < NRG; r++) M = fmaxf(M, s_m[r][i]);
-        for (int r = 0; r < NRG; r++) {
-            const float f = s_m[r][i] > -INFINITY ? __expf(s_m[r][i] - M) : 0.0f;
-            s_f[r][i] = f;
-            sum += s_l[r][i] * f;
+        for (int s = 0; s < splits; s++) M = fmaxf(M, __ldcg(ml + 2 * s));
+        for (int s = 0; s < splits; s++) {
+            const float ms = __ldcg(ml + 2 * s);
+            sum += ms > -INFINITY ? __ldcg(ml + 2 * s + 1) * __expf(ms - M) : 0.0f;
         }
-        s_L[i] = sum;
-        if (splits > 1) {
-            a.part_ml[((row + i) * splits + split) * 2] = M;
-            a.part_ml[((row + i) * splits + split) * 2 + 1] = sum;
-        }
+        s_m[0][threadIdx.x] = M;
+        s_L[threadIdx.x] = sum;
     }
     __syncthreads();
     for (int e = (int)threadIdx.x; e < nh * d; e += (int)blockDim.x) {
         const int i = e / d, c = e % d;
+        const float *ml = a.part_ml + (row + i) * splits * 2, *po = a.part_o + (row + i) * splits * d + c;
+        const float M = s_m[0][i];
         float o = 0.0f;
-#pragma unroll 4
-        for (int r = 0; r < NRG; r++) o += s_acc[r][i][c] * s_f[r][i];
-        if (splits > 1) a.part_o[((row + i) * splits + split) * d + c] = o;
-        else mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
-    }
-}
-
-/* out[rows, d] from the splits' partials: O = sum_s O_s e^(m_s - M) / sum_s l_s e^(m_s - M)
- * over the splits with keys (m_s > -inf); 0 where none has any (a position outside the
- * cache). One thread an output element; a row's threads read the same (m_s, l_s). */
-template <typename T>
-__global__ void kv_combine_kernel(T *out, const float *part_o, const float *part_ml, int64_t rows, int d, int splits) {
-    const int64_t n = rows * d;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / d;
-        const int c = (int)(e % d);
-        const float *ml = part_ml + r * splits * 2;
-        const float *po = part_o + r * splits * d + c;
-        float M = -INFINITY;
-        for (int s = 0; s < splits; s++) M = fmaxf(M, ml[2 * s]);
-        float o = 0.0f, sum = 0.0f;
         for (int s = 0; s < splits; s++) {
-            if (!(ml[2 * s] > -INFINITY)) continue; /* empty: its sums were never written */
-            const float f = __expf(ml[2 * s] - M);
-            sum += ml[2 * s + 1] * f;
-            o += po[(int64_t)s * d] * f;
+            const float ms = __ldcg(ml + 2 * s);
+            if (ms > -INFINITY) o += __ldcg(po + (int64_t)s * d) * __expf(ms - M); /* empty: never written */
         }
-        mc_st(out + e, sum > 0.0f ? o / sum : 0.0f);
+        mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
     }
 }
 
-/* How many splits a (token, group, head chunk) gets: enough blocks to fill every
- * multiprocessor twice, at most one a KV_MIN_CHUNK of the cache's capacity (the tokens'
- * lengths are on the device; cap bounds them), and no more than the partial buffer holds
- * (MC_CUDA_KV_PARTIAL_FLOATS, cuda_internal.h: sized so that this bound does not bite on
- * an H200 at any head_dim <= 256, with KV_HEADS heads a block). One split: no partials. */
+/* How many splits a (token, group, head chunk) gets: KV_FILL blocks a multiprocessor (about
+ * one wave of 3 resident blocks, ~160 registers a thread, and a short tail: more, shorter
+ * chains of dependent loads), at most one a KV_MIN_CHUNK of the cache's capacity (the
+ * tokens' lengths are on the device; cap bounds them), and no more than the partial buffer
+ * holds (MC_CUDA_KV_PARTIAL_FLOATS, cuda_internal.h: sized so that this bound does not bite
+ * on an H200 at head_dim <= 128). One split: no partials;
+ * also for more block rows than there are counters (they fill the machine anyway). */
 int kv_splits(const mc_cuda_state *st, int64_t ntok, int heads, int groups, int d, int64_t cap) {
     const int hpg = heads / groups;
     const int64_t blocks = ntok * groups * ((hpg + KV_HEADS - 1) / KV_HEADS); /* a split's blocks */
-    int64_t s = (2 * (int64_t)st->sm_count + blocks - 1) / blocks;
+    if (blocks > MC_CUDA_KV_COUNTERS) return 1;
+    int64_t s = (KV_FILL * (int64_t)st->sm_count + blocks - 1) / blocks;
     const int64_t by_len = (cap + KV_MIN_CHUNK - 1) / KV_MIN_CHUNK;
     const int64_t by_buffer = (int64_t)MC_CUDA_KV_PARTIAL_FLOATS / (ntok * heads * (int64_t)(d + 2));
     if (s > by_len) s = by_len;
@@ -249,8 +298,8 @@ void kv_attention(mc_cuda_state *st, T *out, T *cache, const T *qkv, const int32
     kv_store_kernel<T><<<sgrid, 256, 0, st->stream>>>(cache, qkv, pos, ntok, d->batch, cap, d->groups, hpg, hd,
                                                       st->err_dev);
     const int splits = kv_splits(st, ntok, d->heads, d->groups, hd, cap);
-    const kv_args<T> a = {out,  st->kv_partials, st->kv_partials + rows * splits * hd,
-                          cache, qkv, pos, d->batch, cap, d->heads, d->groups, hd, d->softmax_scale};
+    const kv_args<T> a = {out,   st->kv_partials, st->kv_partials + rows * splits * hd, st->kv_counters,
+                          cache, qkv,             pos, d->batch, cap, d->heads, d->groups, hd, d->softmax_scale};
     const dim3 grid((unsigned)(ntok * d->groups * ((hpg + KV_HEADS - 1) / KV_HEADS)), (unsigned)splits);
     /* 16-byte loads when every row starts 16-byte aligned: 8 lanes a row up to head_dim 64,
      * 16 up to 128, 32 above; element loads (32 lanes, 8 elements each) otherwise */
@@ -259,9 +308,6 @@ void kv_attention(mc_cuda_state *st, T *out, T *cache, const T *qkv, const int32
     else if (hd <= 64) kv_partial_launch<T, true, 8>(st, grid, a);
     else if (hd <= 128) kv_partial_launch<T, true, 16>(st, grid, a);
     else kv_partial_launch<T, true, 32>(st, grid, a);
-    if (splits > 1)
-        kv_combine_kernel<T><<<mc_cuda_grid(st, rows * hd, KV_COMBINE_THREADS), KV_COMBINE_THREADS, 0, st->stream>>>(
-            out, a.part_o, a.part_ml, rows, hd, splits);
 }
 
 }  // namespace

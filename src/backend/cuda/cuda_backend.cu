@@ -168,7 +168,7 @@ static void cuda_memory_stats(mc_backend *be, size_t *allocated, size_t *max_all
     *allocated = st->allocated;
     *max_allocated = st->max_allocated;
     *reserved = st->allocated + st->workspace_bytes + st->lt_workspace_bytes + st->seg_dev_bytes +
-                sizeof(double) * MC_CUDA_RED_MAX_BLOCKS + sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS + 64;
+                sizeof(double) * MC_CUDA_RED_MAX_BLOCKS + sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS + sizeof(unsigned) * MC_CUDA_KV_COUNTERS + 64;
 }
 
 static void cuda_copy_h2d(mc_backend *be, void *dst, const void *src, size_t bytes) {
@@ -225,6 +225,22 @@ static void cuda_wait_copies(mc_backend *be) {
     mc_cuda_capture_refuse(st, "wait_copies", "waits for the copies");
     if (st->copy_event_recorded) MC_CUDA_CHECK(cudaEventSynchronize(st->copy_event), "wait_copies");
     report_device_errors(st, "wait_copies");
+}
+
+static void cuda_mark(mc_backend *be, int i) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_ASSERT(i >= 0 && i < MC_BACKEND_MARKS, "mark %d of %d", i, MC_BACKEND_MARKS);
+    mc_cuda_capture_refuse(st, "mark", "records an event for the host");
+    MC_CUDA_CHECK(cudaEventRecord(st->marks[i], st->stream), "mark");
+    st->mark_recorded[i] = true;
+}
+
+static void cuda_wait_mark(mc_backend *be, int i) {
+    mc_cuda_state *st = mc_cuda_st(be);
+    MC_ASSERT(i >= 0 && i < MC_BACKEND_MARKS, "mark %d of %d", i, MC_BACKEND_MARKS);
+    mc_cuda_capture_refuse(st, "wait_mark", "waits for the stream");
+    if (st->mark_recorded[i]) MC_CUDA_CHECK(cudaEventSynchronize(st->marks[i]), "wait_mark");
+    report_device_errors(st, "wait_mark");
 }
 
 /* On the calling thread's default stream (per-thread default streams do not synchronize
@@ -301,6 +317,8 @@ static void state_release(mc_cuda_state *st) {
     if (st->seg_dev) cudaFree(st->seg_dev);
     if (st->seg_event) cudaEventDestroy(st->seg_event);
     if (st->copy_event) cudaEventDestroy(st->copy_event);
+    for (int i = 0; i < MC_BACKEND_MARKS; i++)
+        if (st->marks[i]) cudaEventDestroy(st->marks[i]);
     if (st->err_host) cudaFreeHost(st->err_host);
     if (st->stream) cudaStreamDestroy(st->stream);
     free(st);
@@ -375,6 +393,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     CREATE_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking));
     CREATE_TRY(cudaEventCreateWithFlags(&st->seg_event, cudaEventDisableTiming));
     CREATE_TRY(cudaEventCreateWithFlags(&st->copy_event, cudaEventDisableTiming));
+    for (int i = 0; i < MC_BACKEND_MARKS; i++) CREATE_TRY(cudaEventCreateWithFlags(&st->marks[i], cudaEventDisableTiming));
     cublasStatus_t bs = cublasLtCreate(&st->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         mc_err_set(err, "--device cuda: cublasLtCreate failed on device %d: %s", device, cublasLtGetStatusString(bs));
@@ -385,7 +404,11 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     CREATE_TRY(cudaMalloc(&st->lt_workspace, MC_CUDA_LT_WORKSPACE));
     st->lt_workspace_bytes = MC_CUDA_LT_WORKSPACE;
     CREATE_TRY(cudaMalloc((void **)&st->red_partials, sizeof(double) * MC_CUDA_RED_MAX_BLOCKS));
-    CREATE_TRY(cudaMalloc((void **)&st->kv_partials, sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS));
+    CREATE_TRY(cudaMalloc((void **)&st->kv_partials,
+                          sizeof(float) * MC_CUDA_KV_PARTIAL_FLOATS + sizeof(unsigned) * MC_CUDA_KV_COUNTERS));
+    st->kv_counters = reinterpret_cast<unsigned *>(st->kv_partials + MC_CUDA_KV_PARTIAL_FLOATS);
+    CREATE_TRY(cudaMemset(st->kv_counters, 0, sizeof(unsigned) * MC_CUDA_KV_COUNTERS));
+    CREATE_TRY(cudaDeviceSynchronize()); /* the memset's stream does not order the backend's */
     CREATE_TRY(cudaMalloc(&st->red_result, 64));
     CREATE_TRY(cudaMallocHost(&st->host_result, 64));
     CREATE_TRY(cudaHostAlloc((void **)&st->err_host, 4 * sizeof(int), cudaHostAllocMapped));
@@ -414,6 +437,8 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->zero = cuda_zero;
     be->sync = cuda_sync;
     be->wait_copies = cuda_wait_copies;
+    be->mark = cuda_mark;
+    be->wait_mark = cuda_wait_mark;
     be->convert = mc_cuda_convert;
     be->fill = mc_cuda_fill;
     be->init_normal = mc_cuda_init_normal;
@@ -441,6 +466,7 @@ extern "C" mc_backend *mc_backend_cuda_create(int device, mc_err *err) {
     be->attention_bwd = mc_cuda_attention_bwd;
     be->attention_kv_fwd = mc_cuda_attention_kv_fwd;
     be->argmax_rows = mc_cuda_argmax_rows;
+    be->decode_advance = mc_cuda_decode_advance;
     be->dropout_fwd = mc_cuda_dropout_fwd;
     be->dropout_bwd = mc_cuda_dropout_bwd;
     be->dropout_add_fwd = mc_cuda_dropout_add_fwd;

@@ -84,9 +84,15 @@ enum { MC_CUDA_RED_MAX_BLOCKS = 2048 };
  * split), F32. A fixed buffer, allocated with the backend, because decode steps are
  * captured into CUDA graphs, which neither the scratch workspace (it moves when it grows)
  * nor an allocation may enter: the kernel chooses fewer splits where more would not fit.
- * 4 MiB: its splits fill an H200 twice, which takes fewer than 4 x 132 blocks of up to 4
- * heads and (head_dim + 2) floats each, under 2^20 floats for any head_dim <= 256. */
+ * 4 MiB: its splits fill an H200 (4 blocks a multiprocessor), which takes fewer than
+ * 4 x 132 + 1024 blocks of up to 4 heads and (head_dim + 2) floats each, under 2^20
+ * floats for head_dim <= 128 (beyond, the kernel takes fewer splits). */
 enum { MC_CUDA_KV_PARTIAL_FLOATS = 1 << 20 };
+/* ... and its counters, one a (token, group, head chunk) of a split launch, after the
+ * partials in the same allocation: each split's block counts itself in, and the last of a
+ * row's combines them (each counter back to 0 for the next launch). A launch of more
+ * (token, group, head chunk) blocks than this runs one split (it fills the machine). */
+enum { MC_CUDA_KV_COUNTERS = 1024 };
 
 typedef struct mc_cuda_state {
     const mc_backend *be; /* the backend this state belongs to (its public flags) */
@@ -119,8 +125,10 @@ typedef struct mc_cuda_state {
     void *red_result;     /* 64 bytes */
     void *host_result;    /* 64 bytes, pinned */
 
-    /* attention_kv_fwd's split partials (device), [MC_CUDA_KV_PARTIAL_FLOATS] */
+    /* attention_kv_fwd's split partials (device), [MC_CUDA_KV_PARTIAL_FLOATS], and then
+     * its counters in the same allocation */
     float *kv_partials;
+    unsigned *kv_counters; /* [MC_CUDA_KV_COUNTERS], zero between launches */
 
     /* segment tables (adamw, sumsq_segments): pinned staging + device copy */
     void *seg_host, *seg_dev;
@@ -129,6 +137,8 @@ typedef struct mc_cuda_state {
     bool seg_event_recorded;
     cudaEvent_t copy_event; /* recorded after the last asynchronous copy (wait_copies) */
     bool copy_event_recorded;
+    cudaEvent_t marks[MC_BACKEND_MARKS]; /* mark/wait_mark */
+    bool mark_recorded[MC_BACKEND_MARKS];
 
     /* graph capture (graph.cu): the stream is being captured; why the last capture was
      * refused (mc_cuda_capture_refuse) */
@@ -234,6 +244,7 @@ void mc_cuda_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, co
                               const mc_tensor *pos, const mc_attn_desc *d);
 /* argmax.cu */
 void mc_cuda_argmax_rows(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
+void mc_cuda_decode_advance(mc_backend *, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap);
 /* ---- op entry points (the vtable's functions) ---- */
 /* gemm.cu */
 void mc_cuda_gemm(mc_backend *, mc_tensor *c, const mc_tensor *a, bool trans_a, const mc_tensor *b, bool trans_b,
