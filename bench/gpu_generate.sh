@@ -10,9 +10,11 @@
 # 4 TB/s, a token for each of the batch's sequences). Our model is the same random Llama
 # written by transformers (so both read the same weights), imported with --load-hf.
 # (transformers' figure counts its prefill in its time, ours does not.)
+# GEN_ALSO="VAR=value ..." runs ours once more with that environment (MC_GEMV=0: cuBLASLt for
+# the decode GEMVs) and prints its speed too.
 # With GEN_TRACE=1 on the GPU machine (scripts/gpu/carried_env.sh sourced), also a kernel trace of
 # our decode steps (tools/decode_trace_summary.py).
-#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1 GEN_TRACE=0]
+#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1 GEN_TRACE=0 GEN_ALSO=]
 #   bench/gpu_generate.sh BUILD_DIR [SHARED_BENCH_DIR]
 set -uo pipefail
 BUILD=${1:-build}
@@ -44,6 +46,13 @@ MC_DECODE_GRAPHS=0 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-fil
 grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_eager.log" | tail -1 | sed 's/^/ours eager: /' ||
     echo "ours eager: FAILED (see $OUTDIR/ours_eager.log)"
 grep -h 'decode graphs off' "$OUTDIR/ours.log"
+if [ -n "${GEN_ALSO:-}" ]; then # one more of ours with GEN_ALSO's environment (e.g. MC_GEMV=0): an A/B
+    env $GEN_ALSO "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" \
+        --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" \
+        > "$OUTDIR/ours_also.log" 2>&1
+    grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_also.log" | tail -1 | sed "s/^/ours $GEN_ALSO: /" ||
+        echo "ours $GEN_ALSO: FAILED (see $OUTDIR/ours_also.log)"
+fi
 if [ "${GEN_TRACE:-0}" = 1 ] && [ -n "${C:-}" ] && [ -e "$C/lib/trace/libmc_kernel_trace.so" ]; then
     # where a decode step's time goes: our run again under the CUPTI kernel tracer (carried by
     # scripts/gpu/carry_build.sh), kernels by name over its steps (each ends at argmax_rows)

@@ -348,8 +348,9 @@ static void test_gemm(void) {
 }
 
 /* w and b at odd element offsets of a flat buffer, as model parameters are */
-static void test_linear(void) {
-    int64_t N = 33, in = 64, out = 48;
+/* N = 33 rows (cuBLASLt), and 1, 5 and 8 (a decode step's few rows: gemv.cu in bf16/f16) */
+static void test_linear_rows(int64_t N) {
+    int64_t in = 64, out = 48;
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         for (int variant = 0; variant < 3; variant++) { /* 0: no bias, 1: aligned bias, 2: unaligned w and b */
@@ -382,8 +383,15 @@ static void test_linear(void) {
             mc_op_linear_bwd(gpu, &gdx, &gdw, bias ? &gdb : &none, &gdy, &gx, &gw, true);
             const char *vn = variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias, unaligned w/b";
             char what[96];
-            snprintf(what, sizeof what, "linear_fwd y (%s)", vn);
+            snprintf(what, sizeof what, "linear_fwd y (%lld rows, %s)", (long long)N, vn);
             cmp(what, dt, dl(gpu, &gy), cy.data, N * out);
+            if (N > 1 && N <= 8 && variant < 2) { /* a decode row's result is the same beside others as alone */
+                mc_tensor gx1 = mc_tensor_rows(&gx, 0, 1), gy1 = mk2(gpu, dt, NULL, 1, out);
+                mc_op_linear_fwd(gpu, &gy1, &gx1, &gw, bias ? &gb : &none);
+                const size_t rb = (size_t)out * mc_dtype_size(dt);
+                snprintf(what, sizeof what, "linear_fwd row 0 of %lld = alone (%s)", (long long)N, vn);
+                same_bits(what, dl_raw(gpu, gy.data, rb), dl_raw(gpu, gy1.data, rb), rb);
+            }
             snprintf(what, sizeof what, "linear_bwd dx (%s)", vn);
             cmp(what, dt, dl(gpu, &gdx), cdx.data, N * in);
             snprintf(what, sizeof what, "linear_bwd dw += (F32) (%s)", vn);
@@ -395,7 +403,7 @@ static void test_linear(void) {
         }
     }
     /* a bigger, tensor-core sized shape with many rows for db's chunked sum */
-    {
+    if (N == 33) {
         int64_t n2 = 1024, i2 = 256, o2 = 384;
         mc_dtype dt = BF16;
         float *x = as_dtype(rnd(n2 * i2, 1.0f), n2 * i2, dt), *w = as_dtype(rnd(o2 * i2, 0.1f), o2 * i2, dt);
@@ -420,12 +428,18 @@ static void test_linear(void) {
     release_all();
 }
 
+static void test_linear(void) {
+    const int64_t rows[] = {33, 1, 5, 8};
+    for (int i = 0; i < 4; i++) test_linear_rows(rows[i]);
+}
+
 /* linear_residual_fwd (y = residual + x w^T + b): one cuBLASLt GEMM reading the residual
  * as C where it applies, linear_fwd and the add elsewhere (unaligned bias or residual);
  * against the CPU's composition. variant 0: no bias, 1: bias, 2: bias and residual at odd
  * element offsets. */
-static void test_linear_residual(void) {
-    int64_t N = 33, in = 64, out = 48;
+/* N = 33 rows (cuBLASLt), and 1, 5 and 8 (a decode step's few rows: gemv.cu in bf16/f16) */
+static void test_linear_residual_rows(int64_t N) {
+    int64_t in = 64, out = 48;
     for (int k = 0; k < NDTYPES; k++) {
         mc_dtype dt = k_dtypes[k];
         for (int variant = 0; variant < 3; variant++) {
@@ -451,12 +465,17 @@ static void test_linear_residual(void) {
             }
             mc_op_linear_residual_fwd(gpu, &gy, &gr, &gx, &gw, bias ? &gb : &none);
             char what[96];
-            snprintf(what, sizeof what, "linear_residual_fwd y (%s)",
+            snprintf(what, sizeof what, "linear_residual_fwd y (%lld rows, %s)", (long long)N,
                      variant == 0 ? "no bias" : variant == 1 ? "bias" : "bias and residual unaligned");
             cmp(what, dt, dl(gpu, &gy), cy.data, N * out);
         }
         release_all();
     }
+}
+
+static void test_linear_residual(void) {
+    const int64_t rows[] = {33, 1, 5, 8};
+    for (int i = 0; i < 4; i++) test_linear_residual_rows(rows[i]);
 }
 
 /* GEMM autotuning (on by default outside --deterministic-mode: the beta = 0 GEMMs time the

@@ -55,7 +55,9 @@ __global__ void __launch_bounds__(ARGMAX_THREADS)
     if (lane == 0) val_s[warp] = bv, id_s[warp] = bid;
     __syncthreads();
     if (warp == 0) {
-        bv = val_s[lane], bid = id_s[lane];
+        constexpr int WARPS = ARGMAX_THREADS / 32;
+        bv = lane < WARPS ? val_s[lane] : -INFINITY;
+        bid = lane < WARPS ? id_s[lane] : 0;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(0xffffffffu, bv, o);

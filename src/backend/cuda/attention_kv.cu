@@ -221,9 +221,13 @@ __global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args
             if (splits > 1) a.part_o[((row + i) * splits + split) * d + c] = o;
             else mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
         }
-    } else if ((int)threadIdx.x < nh) { /* an empty partial (several splits): weight 0 */
-        a.part_ml[((row + threadIdx.x) * splits + split) * 2] = -INFINITY;
-        a.part_ml[((row + threadIdx.x) * splits + split) * 2 + 1] = 0.0f;
+    } else if (splits > 1) { /* an empty partial: weight 0 in the merge */
+        if ((int)threadIdx.x < nh) {
+            a.part_ml[((row + threadIdx.x) * splits + split) * 2] = -INFINITY;
+            a.part_ml[((row + threadIdx.x) * splits + split) * 2 + 1] = 0.0f;
+        }
+    } else { /* no keys at all (a position outside the cache, reported): 0 */
+        for (int e = (int)threadIdx.x; e < nh * d; e += (int)blockDim.x) mc_st(a.out + (row + e / d) * d + e % d, 0.0f);
     }
     if (splits == 1) return;
 

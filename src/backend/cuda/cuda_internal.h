@@ -243,6 +243,13 @@ bool mc_cuda_attention_kv_supports(const mc_op_sizes *s, mc_op_refusal *why);
 void mc_cuda_attention_kv_fwd(mc_backend *, mc_tensor *out, mc_tensor *cache, const mc_tensor *qkv,
                               const mc_tensor *pos, const mc_attn_desc *d);
 /* argmax.cu */
+/* gemv.cu: linear_fwd / linear_residual_fwd (residual non-NULL) of at most
+ * MC_CUDA_GEMV_ROWS rows as matrix-vector products; mc_cuda_gemv_fits says whether x and w
+ * suit it (bf16/f16, aligned rows of a multiple of 8; not with MC_GEMV=0). */
+enum { MC_CUDA_GEMV_ROWS = 8 };
+bool mc_cuda_gemv_fits(const mc_tensor *x, const mc_tensor *w);
+void mc_cuda_gemv(mc_backend *, mc_tensor *y, const mc_tensor *x, const mc_tensor *w, const mc_tensor *b,
+                  const mc_tensor *residual);
 void mc_cuda_argmax_rows(mc_backend *, mc_tensor *ids, const mc_tensor *x, int64_t vocab);
 void mc_cuda_decode_advance(mc_backend *, mc_tensor *tokens, mc_tensor *pos, const mc_tensor *ids, int64_t cap);
 /* ---- op entry points (the vtable's functions) ---- */

@@ -602,6 +602,10 @@ void mc_cuda_linear_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *x, const 
     int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
     bool bias = mc_tensor_present(b);
     if (n == 0 || out == 0) return;
+    if (in > 0 && mc_cuda_gemv_fits(x, w)) { /* a few rows (decode): a matrix-vector product */
+        mc_cuda_gemv(be, y, x, w, b, NULL);
+        return;
+    }
     /* The BIAS epilogue needs an aligned bias; otherwise the bias is written into y first
      * and the product accumulated onto it (beta = 1), as the CPU backend does. */
     bool epilogue = bias && in > 0 && mc_cuda_aligned16(b->data);
@@ -631,6 +635,10 @@ void mc_cuda_linear_residual_fwd(mc_backend *be, mc_tensor *y, const mc_tensor *
     int64_t n = mc_cuda_rows(x), in = mc_cuda_cols(x), out = mc_cuda_rows(w);
     bool bias = mc_tensor_present(b);
     if (n == 0 || out == 0) return;
+    if (in > 0 && mc_cuda_gemv_fits(x, w)) {
+        mc_cuda_gemv(be, y, x, w, b, residual);
+        return;
+    }
     if (in > 0 && (!bias || mc_cuda_aligned16(b->data)) &&
         mc_cuda_matmul_add(st, op, n, out, in, x->data, false, w->data, true, x->dtype, y->data, residual->data,
                            y->dtype, bias ? b->data : NULL))
