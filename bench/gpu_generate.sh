@@ -5,7 +5,7 @@
 # with random weights, prompt 512 tokens, 128 new ones, greedy, batch 1 (BATCH=32: 32
 # prompts decoded together, ours through --prompts-file). Prints both decode speeds (ours
 # also with MC_DECODE_GRAPHS=0, each step op by op instead of a CUDA graph's replay: "ours
-# eager"; and the line saying why, should our graphs have been off), their ratio and the
+# eager", unless GEN_EAGER=0; and the line saying why, should our graphs have been off), their ratio and the
 # memory-bandwidth bound (every weight read once a decode step at about
 # 4 TB/s, a token for each of the batch's sequences). Our model is the same random Llama
 # written by transformers (so both read the same weights), imported with --load-hf.
@@ -14,7 +14,7 @@
 # the decode GEMVs) and prints its speed too.
 # With GEN_TRACE=1 on the GPU machine (scripts/gpu/carried_env.sh sourced), also a kernel trace of
 # our decode steps (tools/decode_trace_summary.py).
-#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1 GEN_TRACE=0 GEN_ALSO=]
+#   [LAYERS=16 HIDDEN=2048 HEADS=32 KV=8 FFN=8192 VOCAB=128256 PROMPT=512 NEW=128 BATCH=1 GEN_TRACE=0 GEN_ALSO= GEN_EAGER=1]
 #   bench/gpu_generate.sh BUILD_DIR [SHARED_BENCH_DIR]
 set -uo pipefail
 BUILD=${1:-build}
@@ -40,11 +40,13 @@ for _ in range($B): print(json.dumps({'prompt': ' '.join(str(random.randrange($V
 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" --max-new-tokens "$N" \
     --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" > "$OUTDIR/ours.log" 2>&1
 grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours.log" | tail -1 | sed 's/^/ours: /' || echo "ours: FAILED (see $OUTDIR/ours.log)"
-MC_DECODE_GRAPHS=0 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" \
-    --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" \
-    > "$OUTDIR/ours_eager.log" 2>&1
-grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_eager.log" | tail -1 | sed 's/^/ours eager: /' ||
-    echo "ours eager: FAILED (see $OUTDIR/ours_eager.log)"
+if [ "${GEN_EAGER:-1}" = 1 ]; then
+    MC_DECODE_GRAPHS=0 "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" \
+        --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer --vocab-size "$V" \
+        > "$OUTDIR/ours_eager.log" 2>&1
+    grep -o 'decode [0-9.]* tok/s' "$OUTDIR/ours_eager.log" | tail -1 | sed 's/^/ours eager: /' ||
+        echo "ours eager: FAILED (see $OUTDIR/ours_eager.log)"
+fi
 grep -h 'decode graphs off' "$OUTDIR/ours.log"
 if [ -n "${GEN_ALSO:-}" ]; then # one more of ours with GEN_ALSO's environment (e.g. MC_GEMV=0): an A/B
     env $GEN_ALSO "$BUILD/megatron-c" generate --load-hf "$MODEL" --prompts-file "$OUTDIR/prompts.jsonl" \
@@ -60,7 +62,7 @@ if [ "${GEN_TRACE:-0}" = 1 ] && [ -n "${C:-}" ] && [ -e "$C/lib/trace/libmc_kern
         MC_TRACE_OUT="$OUTDIR/trace.csv" "$BUILD/megatron-c" generate --load-hf "$MODEL" \
         --prompts-file "$OUTDIR/prompts.jsonl" --max-new-tokens "$N" --device cuda --bf16 --tokenizer-type NullTokenizer \
         --vocab-size "$V" > "$OUTDIR/ours_traced.log" 2>&1
-    python3 "$(dirname "$0")/../tools/decode_trace_summary.py" "$OUTDIR/trace.csv" || echo "trace: no summary"
+    python3 "$(dirname "$0")/../tools/decode_trace_summary.py" "$OUTDIR/trace.csv" $((B + 3)) || echo "trace: no summary"
 fi
 python3 "$SHARED_BENCH/hf_generate.py" --layers "$L" --hidden "$H" --heads "$NH" --kv-heads "$KV" --ffn "$F" \
     --vocab "$V" --prompt "$P" --new "$N" --batches "$B" > "$OUTDIR/hf.log" 2>&1

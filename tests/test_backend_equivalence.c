@@ -385,7 +385,7 @@ static void test_linear_rows(int64_t N) {
             char what[96];
             snprintf(what, sizeof what, "linear_fwd y (%lld rows, %s)", (long long)N, vn);
             cmp(what, dt, dl(gpu, &gy), cy.data, N * out);
-            if (N > 1 && N <= 8 && variant < 2) { /* a decode row's result is the same beside others as alone */
+            if (N > 1 && N <= 8 && variant < 2 && dt != F32) { /* a decode row (gemv.cu) the same beside others as alone */
                 mc_tensor gx1 = mc_tensor_rows(&gx, 0, 1), gy1 = mk2(gpu, dt, NULL, 1, out);
                 mc_op_linear_fwd(gpu, &gy1, &gx1, &gw, bias ? &gb : &none);
                 const size_t rb = (size_t)out * mc_dtype_size(dt);

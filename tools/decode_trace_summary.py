@@ -1,7 +1,8 @@
 """Summarizes a kernel_trace.c CSV of a `megatron-c generate` run on the GPU: its decode
 steps (each window ends at an argmax_rows kernel, the step's greedy choice; the first
-`skip` are left out: the prefill and the eager step before a graph is captured), their
-length, the time some kernel ran in them, and the kernels by name, per step.
+`skip` are left out: the prompts' prefills (one each; bench/gpu_generate.sh passes its batch + 3)
+and the eager steps before a graph is captured), their length, the time some kernel ran in
+them, and the kernels by name, per step.
   python3 tools/decode_trace_summary.py trace.csv [skip=4] [top=15]"""
 import collections, csv, statistics, sys
 
@@ -25,7 +26,7 @@ def short(n):
     return short_name(demangle(n))
 
 
-ends = [e for s, e, n in rows if "argmax" in demangle(n)]
+ends = [e for s, e, n in rows if "argmax_rows" in demangle(n)]
 windows = list(zip(ends, ends[1:]))[skip:]
 if not windows:
     sys.exit(f"{path}: {len(ends)} argmax kernels, no decode step after the first {skip}")

@@ -31,6 +31,7 @@ constexpr int KV_HEADS = 4;         /* query heads of one group a partial block 
 constexpr int KV_UNROLL = 2;        /* key rows a row group (L lanes) has in flight at once */
 constexpr int KV_MIN_CHUNK = 32;    /* the fewest cache positions worth a split of their own */
 constexpr int KV_FILL = 4;          /* partial blocks a multiprocessor, split launches (kv_splits) */
+constexpr int KV_MAX_SPLITS = 1024; /* the merge's weights of KV_HEADS heads fit in s_acc (4096 floats) */
 
 template <typename T>
 __global__ void kv_store_kernel(T *cache, const T *qkv, const int32_t *pos, int64_t ntok, int64_t B, int64_t cap,
@@ -244,26 +245,36 @@ __global__ void __launch_bounds__(32 * KV_WARPS) kv_partial_kernel(const kv_args
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    /* each split's weight e^(m_s - M) (0 for an empty one, whose sums were never written)
+     * into shared memory, so that the output elements' loads below do not wait on each other */
+    static_assert(NRG * KV_HEADS * L * 8 >= KV_HEADS * KV_MAX_SPLITS, "the merge's weights fit in s_acc");
+    float *s_w = &s_acc[0][0][0]; /* [nh][splits] (the row groups' sums are spent) */
+    for (int e = (int)threadIdx.x; e < nh * splits; e += (int)blockDim.x) {
+        const int i = e / splits, sp = e % splits;
+        s_w[e] = __ldcg(a.part_ml + ((row + i) * splits + sp) * 2);
+    }
+    __syncthreads();
     if ((int)threadIdx.x < nh) {
-        const float *ml = a.part_ml + (row + threadIdx.x) * splits * 2;
+        const int i = (int)threadIdx.x;
+        const float *ml = a.part_ml + (row + i) * splits * 2;
         float M = -INFINITY, sum = 0.0f;
-        for (int s = 0; s < splits; s++) M = fmaxf(M, __ldcg(ml + 2 * s));
-        for (int s = 0; s < splits; s++) {
-            const float ms = __ldcg(ml + 2 * s);
-            sum += ms > -INFINITY ? __ldcg(ml + 2 * s + 1) * __expf(ms - M) : 0.0f;
+        for (int sp = 0; sp < splits; sp++) M = fmaxf(M, s_w[i * splits + sp]);
+        for (int sp = 0; sp < splits; sp++) {
+            const float ms = s_w[i * splits + sp], f = ms > -INFINITY ? __expf(ms - M) : 0.0f;
+            sum += f > 0.0f ? __ldcg(ml + 2 * sp + 1) * f : 0.0f;
+            s_w[i * splits + sp] = f;
         }
-        s_m[0][threadIdx.x] = M;
-        s_L[threadIdx.x] = sum;
+        s_L[i] = sum;
     }
     __syncthreads();
     for (int e = (int)threadIdx.x; e < nh * d; e += (int)blockDim.x) {
         const int i = e / d, c = e % d;
-        const float *ml = a.part_ml + (row + i) * splits * 2, *po = a.part_o + (row + i) * splits * d + c;
-        const float M = s_m[0][i];
+        const float *po = a.part_o + (row + i) * splits * d + c;
         float o = 0.0f;
-        for (int s = 0; s < splits; s++) {
-            const float ms = __ldcg(ml + 2 * s);
-            if (ms > -INFINITY) o += __ldcg(po + (int64_t)s * d) * __expf(ms - M); /* empty: never written */
+#pragma unroll 8
+        for (int sp = 0; sp < splits; sp++) {
+            const float f = s_w[i * splits + sp];
+            if (f > 0.0f) o += __ldcg(po + (int64_t)sp * d) * f;
         }
         mc_st(a.out + (row + i) * d + c, s_L[i] > 0.0f ? o / s_L[i] : 0.0f);
     }
@@ -285,6 +296,7 @@ int kv_splits(const mc_cuda_state *st, int64_t ntok, int heads, int groups, int 
     const int64_t by_buffer = (int64_t)MC_CUDA_KV_PARTIAL_FLOATS / (ntok * heads * (int64_t)(d + 2));
     if (s > by_len) s = by_len;
     if (s > by_buffer) s = by_buffer;
+    if (s > KV_MAX_SPLITS) s = KV_MAX_SPLITS;
     return s > 1 ? (int)s : 1;
 }
 
