@@ -133,17 +133,13 @@ static mc_tensor choice_logits(mc_decoder *d, int64_t row0, int n) {
 
 /* A pipelined greedy step's device work over the mb's current inputs: the forward, the
  * argmax into ids and the next step's inputs from it. */
-static void greedy_forward(mc_decoder *d) {
+static void greedy_step(mc_decoder *d) {
     const int n = (int)d->mb.batch;
+    step_forward(d);
     mc_tensor x = choice_logits(d, 0, n), ids = mc_tensor_1d(d->ids.data, MC_I32, n);
     mc_op_argmax_rows(d->be, &ids, &x, d->m->cfg.vocab_size);
     mc_tensor tokens = mc_tensor_1d(d->mb.tokens.data, MC_I32, n), pos = mc_tensor_1d(d->mb.pos.data, MC_I32, n);
     mc_op_decode_advance(d->be, &tokens, &pos, &ids, d->cache.cap);
-}
-
-static void greedy_step(mc_decoder *d) {
-    step_forward(d);
-    greedy_forward(d);
 }
 
 /* body's work (a step's) recorded as a graph, or NULL when the backend could not record it:
@@ -165,23 +161,28 @@ static void *step_capture(mc_decoder *d, void (*body)(mc_decoder *)) {
     return graph;
 }
 
+/* body's work over n slots (a step's, its inputs in place): op by op the first time (one-time
+ * work outside a capture) or when graphs are off, recorded into graph[n - 1] the second
+ * time, replayed from then on; stepped[n - 1] says the first time has been. */
+static void run_step(mc_decoder *d, int n, void **graph, bool *stepped, void (*body)(mc_decoder *)) {
+    if (d->graphs) {
+        void **g = &graph[n - 1];
+        if (!*g && stepped[n - 1]) *g = step_capture(d, body);
+        stepped[n - 1] = true;
+        if (*g) {
+            d->be->graph_launch(d->be, *g);
+            return;
+        }
+    }
+    body(d);
+}
+
 void mc_decoder_step(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos) {
     MC_ASSERT(d->cache.buf && n >= 1 && n <= d->slots, "a decode step over %d slots of %d", n, d->slots);
     memcpy(d->host_tokens, tokens, sizeof(int32_t) * (size_t)n);
     memcpy(d->host_pos, pos, sizeof(int32_t) * (size_t)n);
     upload(d, 1, n); /* outside the graph: its buffers are the graph's input */
-    if (!d->graphs) {
-        step_forward(d);
-        return;
-    }
-    void **graph = &d->graph[n - 1];
-    if (!*graph && d->stepped[n - 1]) *graph = step_capture(d, step_forward);
-    if (*graph) {
-        d->be->graph_launch(d->be, *graph);
-        return;
-    }
-    d->stepped[n - 1] = true;
-    step_forward(d);
+    run_step(d, n, d->graph, d->stepped, step_forward);
 }
 
 void mc_decoder_greedy_launch(mc_decoder *d, int n, const int32_t *tokens, const int32_t *pos) {
@@ -199,17 +200,7 @@ void mc_decoder_greedy_launch(mc_decoder *d, int n, const int32_t *tokens, const
                   d->launched > 0 ? d->greedy_n : 0);
         set_shape(d, 1, n);
     }
-    bool ran = false;
-    if (d->graphs) {
-        void **graph = &d->greedy_graph[n - 1];
-        if (!*graph && d->greedy_stepped[n - 1]) *graph = step_capture(d, greedy_step);
-        if (*graph) {
-            be->graph_launch(be, *graph);
-            ran = true;
-        }
-        d->greedy_stepped[n - 1] = true;
-    }
-    if (!ran) greedy_step(d);
+    run_step(d, n, d->greedy_graph, d->greedy_stepped, greedy_step);
     const int k = (int)(d->launched % MC_DECODE_DEPTH);
     be->copy_d2h_async(be, d->host_ring + (size_t)k * (size_t)d->slots, d->ids.data, (size_t)n * 4);
     be->mark(be, k);
