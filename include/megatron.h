@@ -43,6 +43,9 @@ typedef enum {
 } mc_lr_decay_style;
 typedef enum { MC_WSD_LINEAR = 0, MC_WSD_COSINE, MC_WSD_EXPONENTIAL, MC_WSD_MINUS_SQRT } mc_wsd_decay_style;
 typedef enum { MC_DEVICE_AUTO = 0, MC_DEVICE_CPU_ONLY, MC_DEVICE_CUDA_ONLY } mc_device_choice;
+/* --distributed-backend: what carries GPU memory between ranks (host memory always goes
+ * over MPI): NCCL, or MPI through host staging (several ranks on one GPU; gloo = mpi). */
+typedef enum { MC_DIST_NCCL = 0, MC_DIST_MPI } mc_dist_backend;
 typedef enum { MC_TOKENIZER_NONE = 0, MC_TOKENIZER_NULL, MC_TOKENIZER_BYTE, MC_TOKENIZER_GPT2BPE,
                MC_TOKENIZER_HF, MC_TOKENIZER_SENTENCEPIECE } mc_tokenizer_type;
 
@@ -150,6 +153,7 @@ typedef struct mc_parallel_config {
     int64_t ddp_bucket_size;                    /* 0: Megatron's default */
     int distributed_timeout_minutes;
     bool accumulate_allreduce_grads_in_fp32;
+    mc_dist_backend distributed_backend;
 } mc_parallel_config;
 
 typedef struct mc_log_config {

@@ -3,7 +3,8 @@
 #
 #   - every collective on every group for several layouts, under mpirun with 2, 3 (with
 #     a tiny scratch, so large messages go in slices), 4 and 8 ranks
-#     (tests/test_comm_mpi_ranks.c does the checking);
+#     (tests/test_comm_mpi_ranks.c does the checking), and with 4 ranks on device memory
+#     staged through the host (--distributed-backend mpi);
 #   - the same started torchrun-style (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, no mpirun);
 #   - failures, each a clear message on every rank and a non-zero exit, never a hang:
 #     a config that differs on one rank, an impossible layout, a rank that never joins a
@@ -53,6 +54,9 @@ run_collectives "mpirun -np 2: all layouts" 2
 run_collectives "mpirun -np 3: all layouts, sliced messages (4 KiB scratch)" 3 MC_COMM_SCRATCH_BYTES=4096
 run_collectives "mpirun -np 4: all layouts (TP2xDP2, TP2xPP2, CP2xTP2, ...)" 4
 run_collectives "mpirun -np 8: TP2xPP2xDP2, CP2xTP2xDP2, TP2xPP4, DP8" 8 "MC_TEST_COMM_LAYOUTS=2,2,1;2,1,2;2,4,1;1,1,1"
+# device memory over MPI through host staging (--distributed-backend mpi), on the CPU
+run_collectives "mpirun -np 4, device memory over MPI (staged): TP2xDP2, TP2xPP2, DP4" 4 MC_TEST_COMM_DEVICE=staged \
+    "MC_TEST_COMM_LAYOUTS=2,1,1;2,2,1;1,1,1"
 
 # ---- torchrun-style launch: separate processes joined through MPI connect/accept ----
 torchrun() { # np mode timeout_s [env...]: starts np processes, waits, writes $TMP/tr<r>.out and .rc

@@ -10,7 +10,10 @@
  *   timeout   rank 1 never joins an all_reduce: the others' watchdogs end the job
  *   die       rank 2 dies (SIGKILL) while the others are inside an all_reduce
  * MC_TEST_COMM_DEVICE=cuda runs the same checks on GPU memory over NCCL (one GPU per rank:
- *   mpirun -np 2 -x MC_TEST_COMM_DEVICE=cuda build/test_comm_mpi_ranks).
+ *   mpirun -np 2 -x MC_TEST_COMM_DEVICE=cuda build/test_comm_mpi_ranks), and with
+ *   MC_TEST_COMM_OVER_MPI=1 over MPI through host memory (--distributed-backend mpi; ranks
+ *   may share a GPU). MC_TEST_COMM_DEVICE=staged checks that staging on the CPU: the CPU
+ *   backend presented as a device one, so every device collective takes the staged path.
  * Every rank contributes its failures to a world-wide count; rank 0 prints
  * "N passed, N failed" and every rank exits 1 on any failure. */
 #include <math.h>
@@ -107,6 +110,7 @@ static void *buf_new(mc_dtype dt, int64_t n) { return calloc((size_t)(n ? n : 1)
 /* ---- backend memory: host memory on the CPU backend, device memory on CUDA ---- */
 
 static bool on_gpu;
+static bool over_mpi; /* device memory over MPI (mc_comm_set_device_over_mpi) */
 static void *dev_new(size_t bytes) { return be->alloc(be, bytes ? bytes : 16); }
 static void dev_free(void *d) { be->free(be, d); }
 static void *dev_up(const void *h, size_t bytes) {
@@ -449,7 +453,12 @@ static void run_layout(int tp, int pp, int cp) {
     snprintf(name, sizeof name, "layout tp%d pp%d cp%d on %d ranks", tp, pp, cp, world.world_size);
     mc_comm c;
     mc_err err;
-    if (mc_comm_init_from_env(&c, tp, pp, cp, 1, 0, &err) != MC_OK || mc_comm_init_device(&c, be, &err) != MC_OK) {
+    int rc = mc_comm_init_from_env(&c, tp, pp, cp, 1, 0, &err);
+    if (rc == MC_OK) {
+        mc_comm_set_device_over_mpi(&c, over_mpi);
+        rc = mc_comm_init_device(&c, be, &err);
+    }
+    if (rc != MC_OK) {
         CHECK(0, "%s", err.msg);
         finish(name);
         return;
@@ -508,7 +517,15 @@ int main(void) {
     /* MC_TEST_COMM_DEVICE=cuda: the same checks on GPU memory over NCCL (one GPU a rank). */
     const char *dev = getenv("MC_TEST_COMM_DEVICE");
     on_gpu = dev && !strcmp(dev, "cuda");
-    if (on_gpu) {
+    const bool staged = dev && !strcmp(dev, "staged");
+    over_mpi = staged || getenv("MC_TEST_COMM_OVER_MPI") != NULL;
+    mc_backend *owned = NULL, as_device;
+    if (staged) { /* the CPU backend's entries, presented as a device backend */
+        owned = mc_backend_cpu_create();
+        as_device = *owned;
+        as_device.device = MC_DEVICE_CUDA;
+        be = &as_device;
+    } else if (on_gpu) {
         int d = mc_comm_pick_device(&world, &err);
         be = d >= 0 ? mc_backend_cuda_create(d, &err) : NULL;
         if (!be) {
@@ -562,7 +579,8 @@ int main(void) {
                         if (W % (a * b * d) == 0) run_layout(a, b, d);
         }
     }
-    be->destroy(be);
+    if (owned) owned->destroy(owned);
+    else be->destroy(be);
     int failed = g_failed;
     if (R == 0) printf("%d passed, %d failed\n", g_passed, g_failed);
     mc_comm_free(&world);

@@ -188,8 +188,16 @@ int mc_comm_init_from_env(mc_comm *c, int tp, int pp, int cp, int ep, int timeou
     return MC_OK;
 }
 
+void mc_comm_set_device_over_mpi(mc_comm *c, bool on) {
+    mc_group *gs[MC_NGROUPS];
+    groups_of(c, gs);
+    for (int i = 0; i < MC_NGROUPS; i++)
+        if (gs[i]->impl) ((mc_group_impl *)gs[i]->impl)->staged = on;
+    c->device_over_mpi = on;
+}
+
 int mc_comm_init_device(mc_comm *c, mc_backend *be, mc_err *err) {
-    if (!be || be->device != MC_DEVICE_CUDA || c->world_size == 1) return MC_OK;
+    if (!be || be->device != MC_DEVICE_CUDA || c->world_size == 1 || c->device_over_mpi) return MC_OK;
     if (!c->impl)
         return mc_err_set(err, "the NCCL communicators need a comm from mc_comm_init_from_env (this one is "
                                "layout-only)");
@@ -274,6 +282,8 @@ static mc_group_impl *transport(mc_group *g, const char *op) {
 }
 
 static bool on_device(const mc_backend *be) { return be && be->device == MC_DEVICE_CUDA; }
+/* Device memory over NCCL (not staged through host memory: mc_comm_set_device_over_mpi). */
+static bool over_nccl(const mc_group_impl *gi, const mc_backend *be) { return on_device(be) && !gi->staged; }
 
 static void need_nccl(mc_group_impl *gi) {
     if (gi->ch->nccl) return;
@@ -318,9 +328,11 @@ void mc_comm_all_reduce(mc_group *g, mc_backend *be, mc_tensor *x, mc_reduce_op 
     check_reduce_dtype(g, "all_reduce", x->dtype);
     int64_t n = mc_tensor_numel(x);
     if (n == 0) return;
-    if (on_device(be)) {
+    if (over_nccl(gi, be)) {
         need_nccl(gi);
         mc_nccl_all_reduce(gi, be, x->data, n, x->dtype, op, NULL);
+    } else if (on_device(be)) {
+        mc_staged_all_reduce(gi, be, x->data, n, x->dtype, op);
     } else {
         mc_mpi_all_reduce(gi, false, x->data, n, x->dtype, op);
     }
@@ -335,9 +347,11 @@ void mc_comm_all_gather(mc_group *g, mc_backend *be, mc_tensor *out, const mc_te
     mc_group_impl *gi = transport(g, "all_gather");
     int64_t n = mc_tensor_numel(in);
     if (n == 0) return;
-    if (on_device(be)) {
+    if (over_nccl(gi, be)) {
         need_nccl(gi);
         mc_nccl_all_gather(gi, be, out->data, in->data, n, in->dtype, NULL);
+    } else if (on_device(be)) {
+        mc_staged_all_gather(gi, be, out->data, in->data, n, in->dtype);
     } else {
         mc_mpi_all_gather(gi, false, out->data, in->data, n, in->dtype);
     }
@@ -352,9 +366,11 @@ void mc_comm_reduce_scatter(mc_group *g, mc_backend *be, mc_tensor *out, const m
     mc_group_impl *gi = transport(g, "reduce_scatter");
     int64_t n = mc_tensor_numel(out);
     if (n == 0) return;
-    if (on_device(be)) {
+    if (over_nccl(gi, be)) {
         need_nccl(gi);
         mc_nccl_reduce_scatter(gi, be, out->data, in->data, n, in->dtype, NULL);
+    } else if (on_device(be)) {
+        mc_staged_reduce_scatter(gi, be, out->data, in->data, n, in->dtype, MC_REDUCE_SUM);
     } else {
         mc_mpi_reduce_scatter(gi, false, out->data, in->data, n, in->dtype, MC_REDUCE_SUM);
     }
@@ -367,9 +383,11 @@ void mc_comm_broadcast(mc_group *g, mc_backend *be, mc_tensor *x, int root) {
     mc_group_impl *gi = transport(g, "broadcast");
     size_t bytes = mc_tensor_bytes(x);
     if (bytes == 0) return;
-    if (on_device(be)) {
+    if (over_nccl(gi, be)) {
         need_nccl(gi);
         mc_nccl_broadcast(gi, be, x->data, bytes, root);
+    } else if (on_device(be)) {
+        mc_staged_broadcast(gi, be, x->data, bytes, root);
     } else {
         mc_mpi_broadcast(gi, x->data, bytes, root);
     }
@@ -384,9 +402,11 @@ void mc_comm_sendrecv(mc_group *g, mc_backend *be, const mc_tensor *send, int ds
               "recv on group %s (size %d): peer %d is not another group rank", g->name, g->size, src);
     mc_group_impl *gi = transport(g, has_send ? (has_recv ? "sendrecv" : "send") : "recv");
     size_t sb = has_send ? mc_tensor_bytes(send) : 0, rb = has_recv ? mc_tensor_bytes(recv) : 0;
-    if (on_device(be)) {
+    if (over_nccl(gi, be)) {
         need_nccl(gi);
         mc_nccl_sendrecv(gi, be, has_send ? send->data : NULL, sb, dst, has_recv ? recv->data : NULL, rb, src);
+    } else if (on_device(be)) {
+        mc_staged_sendrecv(gi, be, has_send ? send->data : NULL, sb, dst, has_recv ? recv->data : NULL, rb, src);
     } else {
         mc_mpi_sendrecv(gi, has_send ? send->data : NULL, sb, dst, has_recv ? recv->data : NULL, rb, src);
     }
@@ -454,6 +474,14 @@ void mc_work_put(mc_comm_work *w) {
 
 static mc_comm_work *submit(mc_group_impl *gi, mc_backend *be, mc_work_op op, void *out, const void *in, int64_t n,
                             mc_dtype dt, mc_reduce_op rop) {
+    if (on_device(be) && gi->staged) { /* done at once, as a size-1 group's: no handle */
+        switch (op) {
+        case MC_WORK_ALL_REDUCE: mc_staged_all_reduce(gi, be, out, n, dt, rop); break;
+        case MC_WORK_REDUCE_SCATTER: mc_staged_reduce_scatter(gi, be, out, in, n, dt, rop); break;
+        case MC_WORK_ALL_GATHER: mc_staged_all_gather(gi, be, out, in, n, dt); break;
+        }
+        return NULL;
+    }
     mc_comm_work *w = mc_work_get();
     w->op = op;
     w->gi = gi;

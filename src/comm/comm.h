@@ -6,7 +6,8 @@
  * group of size 1 every call is a no-op (or a copy), which is the single-device path.
  *
  * Transports: host memory (the CPU backend, and the host-scalar calls) travels over MPI,
- * device memory (the CUDA backend) over NCCL on the backend's stream. MPI also carries the
+ * device memory (the CUDA backend) over NCCL on the backend's stream, or over MPI through
+ * host memory (mc_comm_set_device_over_mpi). MPI also carries the
  * bootstrap: the world, the group communicators and each NCCL unique id.
  *
  * Launch (mc_comm_init_from_env) recognizes, in this order:
@@ -86,6 +87,7 @@ typedef struct mc_comm {
     int tp_rank, cp_rank, dp_rank, pp_rank;
     mc_group world, tp, cp, dp, pp, dp_cp, mp; /* mp = tp x pp (model parallel) */
     void *impl; /* non-NULL when the groups have a transport (mc_comm_init_from_env) */
+    bool device_over_mpi; /* mc_comm_set_device_over_mpi */
 } mc_comm;
 
 /* ---- setup ---- */
@@ -104,6 +106,15 @@ int mc_comm_init(mc_comm *c, int world_size, int rank, int local_rank, int tp, i
  * every rank prints it). Several comms may be created (different layouts); MPI is
  * finalized when the last one is freed. */
 int mc_comm_init_from_env(mc_comm *c, int tp, int pp, int cp, int ep, int timeout_minutes, mc_err *err);
+
+/* Device memory's transport for this comm's groups: NCCL (the default), or with on MPI
+ * through host memory (--distributed-backend mpi; comm_staged.c): each collective copies
+ * its device operands to the host, which waits for the backend's stream, runs the host
+ * path's MPI collective and copies the result back before it returns; the async variants
+ * complete at once and return NULL. Several ranks may share one GPU then, no NCCL is
+ * needed, and the sums are the host path's (the fixed order above). Call before
+ * mc_comm_init_device (which then creates no NCCL communicator), the same on every rank. */
+void mc_comm_set_device_over_mpi(mc_comm *c, bool on);
 
 /* For the CUDA backend: creates the NCCL communicators of every group of size > 1 now (on
  * the backend's current device; the unique ids travel over MPI). Optional: without it

@@ -42,6 +42,7 @@ typedef struct mc_group_impl {
     int size, rank;    /* group size and this rank's group rank */
     const int *ranks;  /* global ranks in group order (owned by the mc_group) */
     mc_channel *ch;
+    bool staged;       /* device memory over MPI through host memory (comm_staged.c), not NCCL */
 } mc_group_impl;
 
 /* Process-wide runtime. */
@@ -95,6 +96,15 @@ void mc_mpi_broadcast_idle(mc_group_impl *gi, void *x, size_t bytes, int root);
 void mc_mpi_sendrecv(mc_group_impl *gi, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
                      int src);
 void mc_mpi_barrier(mc_group_impl *gi);
+
+/* comm_staged.c: the blocking collectives on device memory through host staging and MPI. */
+void mc_staged_all_reduce(mc_group_impl *gi, mc_backend *be, void *x, int64_t n, mc_dtype dt, mc_reduce_op op);
+void mc_staged_all_gather(mc_group_impl *gi, mc_backend *be, void *out, const void *in, int64_t n_in, mc_dtype dt);
+void mc_staged_reduce_scatter(mc_group_impl *gi, mc_backend *be, void *out, const void *in, int64_t n_out,
+                              mc_dtype dt, mc_reduce_op op);
+void mc_staged_broadcast(mc_group_impl *gi, mc_backend *be, void *x, size_t bytes, int root);
+void mc_staged_sendrecv(mc_group_impl *gi, mc_backend *be, const void *send, size_t send_bytes, int dst, void *recv,
+                        size_t recv_bytes, int src);
 void mc_mpi_all_gather_u64(mc_group_impl *gi, uint64_t v, uint64_t *out);
 /* Queues work on the async worker thread (started on first use). */
 void mc_mpi_async_submit(mc_comm_work *w);

@@ -35,6 +35,7 @@ static const mc_arg_choice k_wsd[] = {{"linear", MC_WSD_LINEAR},
                                       {"minus_sqrt", MC_WSD_MINUS_SQRT},
                                       {NULL, 0}};
 static const mc_arg_choice k_wd_incr[] = {{"constant", 0}, {"linear", 1}, {"cosine", 2}, {NULL, 0}};
+static const mc_arg_choice k_dist[] = {{"nccl", MC_DIST_NCCL}, {"mpi", MC_DIST_MPI}, {"gloo", MC_DIST_MPI}, {NULL, 0}};
 static const mc_arg_choice k_device[] = {
     {"auto", MC_DEVICE_AUTO}, {"cpu", MC_DEVICE_CPU_ONLY}, {"cuda", MC_DEVICE_CUDA_ONLY}, {NULL, 0}};
 static const mc_arg_choice k_tokenizers[] = {{"NullTokenizer", MC_TOKENIZER_NULL},
@@ -118,7 +119,7 @@ static const mc_arg_spec k_flags[] = {
     {"--check-for-nan-in-loss-and-grad", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "NaN losses and gradients are always checked (with --fp16: the step is skipped)"},
     {"--manual-gc", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "there is no garbage collector (ignored)"},
     {"--empty-unused-memory-level", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "memory is planned up front (ignored)"},
-    {"--distributed-backend", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "MPI bootstraps, NCCL carries device collectives (ignored)"},
+    {"--distributed-backend", MC_ARG_CHOICE, F(parallel.distributed_backend), "what carries GPU memory between ranks: nccl, or mpi (gloo: the same) through host memory, so that several ranks can share one GPU; host memory always goes over MPI", .choices = k_dist},
     {"--use-cpu-initialization", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "weights are always initialized on the host, identically for every layout"},
     {"--num-workers", MC_ARG_NOTE, 0, NULL, .nvalues = 1, .note = "one loader thread prefetches batches (ignored)"},
     {"--no-create-attention-mask-in-dataloader", MC_ARG_NOTE, 0, NULL, .nvalues = 0, .note = "causal masks are never materialized (ignored)"},

@@ -36,6 +36,11 @@ int mc_backend_from_config(const mc_config *cfg, mc_comm *comm, mc_backend **be,
         *be = mc_backend_cuda_create(device, err);
         if (!*be) return MC_ERR;
         (*be)->reproducible = cfg->train.deterministic_mode;
+        /* every rank the same transport before any creates NCCL communicators (collective) */
+        const bool over_mpi = cfg->parallel.distributed_backend == MC_DIST_MPI;
+        if (comm->world_size > 1)
+            MC_TRY(mc_comm_check_same_u64(&comm->world, over_mpi, "--distributed-backend", err));
+        mc_comm_set_device_over_mpi(comm, over_mpi);
         return mc_comm_init_device(comm, *be, err);
     }
     *be = mc_backend_cpu_create();
