@@ -32,7 +32,7 @@ static bool build(mc_pp_schedule *s, int pp, int rank, int m, int v, int g) {
 }
 
 /* Calls fn(pp, v, m) for the valid combinations swept: M from 1 (1F1B) or PP (interleaved)
- * up to 4·PP + 3, and for interleaving only multiples of PP (the default G). */
+ * up to 4 x PP + 3, and for interleaving only multiples of PP (the default G). */
 static void sweep(void (*fn)(int pp, int v, int m)) {
     for (size_t i = 0; i < sizeof k_pps / sizeof k_pps[0]; i++)
         for (size_t j = 0; j < sizeof k_vs / sizeof k_vs[0]; j++) {
@@ -344,7 +344,7 @@ static void test_1f1b_hand_worked(void) {
  *
  * get_schedule_table(M, v, G) walks groups of G micro-batches through chunk 0, then chunk
  * 1, ...; forward k runs entry k, backward k runs entry k with the chunk mirrored
- * (v - 1 - c); rank r runs W = min((PP - r - 1)·2 + (v - 1)·G, M·v) forwards, then
+ * (v - 1 - c); rank r runs W = min((PP - r - 1) x 2 + (v - 1) x G, M x v) forwards, then
  * (forward W + k, backward k) pairs, then the remaining backwards.
  *
  * PP 2, v 2, M 4 (G 2): entries (mb, chunk) 0:(0,0) 1:(1,0) 2:(0,1) 3:(1,1) 4:(2,0) 5:(3,0)
@@ -358,7 +358,7 @@ static void test_interleaved_hand_worked(void) {
                  "F0c0 F1c0 "
                  "F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 F3c0 B1c0 F2c1 B2c1 F3c1 B3c1 "
                  "B2c0 B3c0");
-    /* PP 4, v 2, M 8 (G 4), rank 0: W = 3·2 + 4 = 10 of 16. Entries: 0-3 mb 0-3 chunk 0,
+    /* PP 4, v 2, M 8 (G 4), rank 0: W = 3 x 2 + 4 = 10 of 16. Entries: 0-3 mb 0-3 chunk 0,
      * 4-7 mb 0-3 chunk 1, 8-11 mb 4-7 chunk 0, 12-15 mb 4-7 chunk 1. */
     expect_table(4, 0, 8, 2, 0,
                  "F0c0 F1c0 F2c0 F3c0 F0c1 F1c1 F2c1 F3c1 F4c0 F5c0 "
@@ -378,7 +378,7 @@ static void test_interleaved_hand_worked(void) {
                  "F0c0 F1c0 F2c0 F0c1 F1c1 "
                  "F2c1 B0c1 F3c0 B1c1 F4c0 B2c1 F3c1 B0c0 F4c1 B1c0 "
                  "B2c0 B3c1 B4c1 B3c0 B4c0");
-    /* PP 2, v 3, M 2 (G 2), rank 0: W = 2 + 4 = 6 = M·v, every forward in the warmup. */
+    /* PP 2, v 3, M 2 (G 2), rank 0: W = 2 + 4 = 6 = M x v, every forward in the warmup. */
     expect_table(2, 0, 2, 3, 0, "F0c0 F1c0 F0c1 F1c1 F0c2 F1c2 B0c2 B1c2 B0c1 B1c1 B0c0 B1c0");
 }
 
@@ -427,10 +427,10 @@ static void check_interleaved_warmup(int pp, int v, int m) {
 
 static void test_interleaved_warmup(void) {
     sweep(check_interleaved_warmup);
-    /* With an explicit G: (PP - r - 1)·2 + (v - 1)·G. */
+    /* With an explicit G: (PP - r - 1) x 2 + (v - 1) x G. */
     CHECK(mc_pp_warmup_forwards(4, 1, 12, 2, 6) == 4 + 6, "G 6");
     CHECK(mc_pp_warmup_forwards(4, 0, 12, 3, 6) == 6 + 12, "G 6 v 3");
-    CHECK(mc_pp_warmup_forwards(4, 0, 4, 2, 0) == 8, "capped at M·v");
+    CHECK(mc_pp_warmup_forwards(4, 0, 4, 2, 0) == 8, "capped at M x v");
 }
 
 /* Megatron's tunable groups: G between PP and M, a last group of 0 or >= PP (PP 2, G 3,

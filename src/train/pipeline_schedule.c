@@ -53,7 +53,7 @@ int mc_pp_warmup_forwards(int pp, int rank, int microbatches, int vstages, int g
     else if (vstages == 1)
         warmup = pp - rank - 1;
     else {
-        /* (v - 1)·G forwards fill the later chunks on every rank; earlier ranks run two more
+        /* (v - 1) x G forwards fill the later chunks on every rank; earlier ranks run two more
          * per stage after them, so that later stages can start 1F1B at once. */
         warmup = (pp - rank - 1) * 2 + (vstages - 1) * (group_size ? group_size : pp);
     }
@@ -76,7 +76,7 @@ static void fill_forward_order(int microbatches, int vstages, int group, int *mb
     }
 }
 
-/* Peers of (rank, chunk) for op, from its virtual stage chunk·PP + rank. */
+/* Peers of (rank, chunk) for op, from its virtual stage chunk x PP + rank. */
 static void set_peers(mc_pp_action *a, int pp, int rank, int vstages) {
     int stage = a->chunk * pp + rank, last = vstages * pp - 1;
     int from = a->op == MC_PP_FORWARD ? stage - 1 : stage + 1;

@@ -11,11 +11,11 @@
  *   - v > 1: forward_backward_pipelining_with_interleaving: virtual micro-batch k picks its
  *     (micro-batch, chunk) from get_schedule_table (groups of G micro-batches run through
  *     chunk 0, then chunk 1, ...; backwards walk the chunks in reverse), with
- *     (PP - r - 1)·2 + (v - 1)·G warmup forwards, at most M·v. This is the rule since
+ *     (PP - r - 1) x 2 + (v - 1) x G warmup forwards, at most M x v. This is the rule since
  *     Megatron-LM commit 4295be1a (Nov 2024, "tunable schedule"); before it, M == PP put
  *     every forward in the warmup.
  *
- * Virtual stages: chunk c of rank r is virtual stage c·PP + r of the v·PP in the model, so
+ * Virtual stages: chunk c of rank r is virtual stage c x PP + r of the v x PP in the model, so
  * with 16 layers, PP 4 and v 2, rank 0 holds layers 1-2 (chunk 0) and 9-10 (chunk 1).
  * A forward receives its input from the virtual stage before (rank r - 1, or rank PP - 1's
  * chunk c - 1 when r is 0) and sends its output to the one after; a backward the reverse.
@@ -52,7 +52,7 @@ typedef struct mc_pp_action {
 typedef struct mc_pp_schedule {
     int pp, rank, microbatches, vstages, group_size; /* group_size: G (v > 1), else 0 */
     int warmup;                                      /* forwards before the F/B pairs */
-    int n_actions;                                   /* 2·M·v */
+    int n_actions;                                   /* 2 x M x v */
     mc_pp_action *actions;                           /* (n_actions) */
 } mc_pp_schedule;
 
@@ -70,12 +70,12 @@ int mc_pp_schedule_build(mc_pp_schedule *s, int pp, int rank, int microbatches, 
 void mc_pp_schedule_free(mc_pp_schedule *s);
 
 /* The warmup, forwards a rank runs before its steady F/B pairs (arguments already
- * checked): 1F1B min(PP - r - 1, M); interleaved min((PP - r - 1)·2 + (v - 1)·G, M·v);
+ * checked): 1F1B min(PP - r - 1, M); interleaved min((PP - r - 1) x 2 + (v - 1) x G, M x v);
  * PP 1: 0. The first backward comes one forward later unless every forward is warmup. */
 int mc_pp_warmup_forwards(int pp, int rank, int microbatches, int vstages, int group_size);
 
 /* Idle fraction of a step relative to its compute, with equal forward and backward times
- * per stage: (PP - 1)/M for 1F1B, (PP - 1)/(v·M) interleaved (Narayanan et al. 2021). */
+ * per stage: (PP - 1)/M for 1F1B, (PP - 1)/(v x M) interleaved (Narayanan et al. 2021). */
 double mc_pp_bubble_fraction(int pp, int microbatches, int vstages);
 
 /* The most (micro-batch, chunk) activations the rank holds at once (forward done, backward
