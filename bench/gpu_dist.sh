@@ -12,7 +12,9 @@
 #   bench/gpu_dist.sh BUILD_DIR [SHARED_BENCH_DIR]
 # Environment: MPIRUN (the launcher prefix, default "mpirun --allow-run-as-root"), DEVICE
 # (cuda; cpu runs the same plumbing on tiny shapes, to check this script without GPUs),
-# MC_BENCH_ITERS (steady iterations, default 8).
+# MC_BENCH_ITERS (steady iterations, default 8), AGREEMENT_ONLY=1 (step 3 alone) and
+# DIST_FLAGS (added to its multi-rank runs): with "--distributed-backend mpi" both ranks
+# share the one GPU of an nvidia-h200 machine, their device memory over MPI through the host.
 set -uo pipefail
 BUILD=${1:-build}
 SHARED_BENCH=${2:-${MC_SHARED_DIR:-../shared}/bench}
@@ -71,6 +73,7 @@ PY
 }
 
 {
+if [ "${AGREEMENT_ONLY:-0}" != 1 ]; then
 echo "== NCCL / MPI collectives, 2 ranks"
 timeout 300 "${MPI[@]}" -np 2 "$BIN" bench comm --device "$DEVICE" --sizes "$COMM_SIZES" > "$OUTDIR/comm.log" 2>&1
 tail -40 "$OUTDIR/comm.log"
@@ -92,17 +95,19 @@ if [ "$DEVICE" = cuda ]; then
         > "$OUTDIR/torch_ddp2.log" 2>&1
     grep '^RESULT' "$OUTDIR/torch_ddp2.log" | sed 's/^RESULT/RESULT torch/'
 fi
+fi # AGREEMENT_ONLY
 
-echo "== loss agreement: tiny Llama, 30 steps"
+echo "== loss agreement: tiny Llama, 30 steps ${DIST_FLAGS:-}"
 TINY=(--num-layers 2 --hidden-size 128 --num-attention-heads 4 --group-query-attention --num-query-groups 2
       --ffn-hidden-size 256 --swiglu --normalization RMSNorm --position-embedding-type rope
       --untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 512 --seq-length 64
       --micro-batch-size 2 --global-batch-size 8 --train-iters 30 --lr 1e-3 --seed 7 "${COMMON[@]}")
 run eq_cpu 1 "${TINY[@]}" --device cpu
 run eq_one 1 "${TINY[@]}" "${PREC[@]}"
-run eq_dp2 2 "${TINY[@]}" "${PREC[@]}" --use-distributed-optimizer
-run eq_tp2 2 "${TINY[@]}" "${PREC[@]}" --tensor-model-parallel-size 2
-run eq_tp2sp 2 "${TINY[@]}" "${PREC[@]}" --tensor-model-parallel-size 2 --sequence-parallel
+read -r -a DIST <<< "${DIST_FLAGS:-}"
+run eq_dp2 2 "${TINY[@]}" "${PREC[@]}" "${DIST[@]}" --use-distributed-optimizer
+run eq_tp2 2 "${TINY[@]}" "${PREC[@]}" "${DIST[@]}" --tensor-model-parallel-size 2
+run eq_tp2sp 2 "${TINY[@]}" "${PREC[@]}" "${DIST[@]}" --tensor-model-parallel-size 2 --sequence-parallel
 } 2>&1 | tee "$OUTDIR/results.txt"
 
 python3 - "$OUTDIR/results.txt" <<'PY'
@@ -117,7 +122,7 @@ for line in open(sys.argv[1]):
 print()
 one = ours.get("one")
 print(f"{'run':8s} {'tok/s/GPU':>10s} {'/ one GPU':>9s} {'TFLOP/s':>8s} {'GiB':>6s}")
-for k in ["one", "dp2", "tp2", "tp2sp"]:
+for k in ["one", "dp2", "tp2", "tp2sp"] if one else []:  # (none with AGREEMENT_ONLY=1)
     o = ours.get(k)
     if not o: print(f"{k:8s} FAILED"); continue
     ratio = o["tok_s_per_gpu"] / one["tok_s_per_gpu"] if one else float("nan")
