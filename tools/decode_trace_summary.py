@@ -4,19 +4,14 @@ steps (each window ends at an argmax_rows kernel, the step's greedy choice; the 
 and the eager steps before a graph is captured), their length, the time some kernel ran in
 them, and the kernels by name, per step.
   python3 tools/decode_trace_summary.py trace.csv [skip=4] [top=15]"""
-import collections, csv, statistics, sys
+import collections, statistics, sys
 
-from kernel_names import demangler, short as short_name
+from kernel_names import demangler, read_records, short as short_name
 
 path = sys.argv[1]
 skip = int(sys.argv[2]) if len(sys.argv) > 2 else 4
 top = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-rows = []
-with open(path, newline="") as f:
-    for r in csv.DictReader(f):
-        if r["kind"] == "kernel":
-            rows.append((int(r["start_ns"]), int(r["end_ns"]), r["name"]))
-rows.sort()
+rows = [(s, e, n) for s, e, _, n in read_records(path, ("kernel",))]
 if not rows:
     sys.exit(f"{path}: no kernel records")
 demangle = demangler(n for _, _, n in rows)

@@ -5,18 +5,14 @@ left out as warm-up), the window's length, the time some kernel, memset or memcp
 running (the union of their intervals), the idle rest and the largest gaps with the work
 on either side, then the kernels of the last window grouped by name.
   python3 tools/trace_summary.py trace.csv [skip=2] [top=30]"""
-import collections, csv, sys
+import collections, sys
 
-from kernel_names import demangler, short as short_name
+from kernel_names import demangler, read_records, short as short_name
 
 path = sys.argv[1]
 skip = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 top = int(sys.argv[3]) if len(sys.argv) > 3 else 30
-rows = []
-with open(path, newline="") as f:
-    for r in csv.DictReader(f):
-        rows.append((int(r["start_ns"]), int(r["end_ns"]), r["kind"], r["name"]))
-rows.sort()
+rows = read_records(path)
 if not rows:
     sys.exit(f"{path}: no records")
 

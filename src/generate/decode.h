@@ -23,7 +23,7 @@
  * also holds the LM head, the argmax and decode_advance, which writes the chosen ids and
  * the next positions into the next step's inputs on the device, so the host queues step
  * k + 1 before it reads step k's ids and the device never waits for the host between
- * steps (the host's turn between two steps, a third of a small model's step, is hidden). */
+ * steps (the host's turn between two steps, long beside a small model's step, is hidden). */
 #ifndef MC_GENERATE_DECODE_H
 #define MC_GENERATE_DECODE_H
 

@@ -54,8 +54,8 @@ static int build(mc_generator *g, int max_batch, mc_err *err) {
     MC_TRY(mc_config_validate(cfg, g->comm.world_size, err));
     MC_TRY(mc_backend_from_config(cfg, &g->comm, &g->be, err));
     /* no choice timed on first use: the same prompt gives the same tokens run to run, and
-     * a new batch size's first decode step does not pay ~0.1 s of GEMM algorithm timing
-     * (a decode step's GEMMs are bound by reading the weights, whatever the algorithm) */
+     * a new batch size's first decode step does not stall on GEMM algorithm timing (a
+     * decode step's GEMMs are bound by reading the weights, whatever the algorithm) */
     g->be->reproducible = true;
     const mc_dtype dt = mc_model_dtype_from_config(cfg, g->be);
     mc_model_options mo = mc_model_options_from_config(cfg, g->comm.sizes.dp, dt, MC_F32, dt, max_batch, NULL);
@@ -348,11 +348,10 @@ static void run_cached(run *r, int n, mc_gen_stats *stats) {
                 inflight++;
                 continue;
             }
-            const int32_t *ids = mc_decoder_greedy_wait(d);
+            const int32_t *ids = mc_decoder_greedy_wait(d); /* valid until the next launch */
             inflight--;
-            memcpy(chosen, ids, sizeof(int32_t) * (size_t)rows);
             const int before = active;
-            active = take_step(r, seq_of, order, active, chosen, tokens, pos);
+            active = take_step(r, seq_of, order, active, ids, tokens, pos);
             same = same && active == before;
             if (stats) {
                 const double now = mc_time_now();

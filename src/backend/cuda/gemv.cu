@@ -2,8 +2,8 @@
  * y[r, o] = x[r, :] . w[o, :] (+ b[o]) (+ residual[r, o]) for r < n <= MC_CUDA_GEMV_ROWS.
  *
  * A decode step reads every weight once for a handful of tokens: the GEMMs are matrix-vector
- * products bound by memory bandwidth, where cuBLASLt's kernels (tiles made for many rows)
- * reach ~3.6 TB/s of the H200's 4.8 (bench/RESULTS.md, decode traces). Here a warp owns one
+ * products bound by memory bandwidth, which cuBLASLt's kernels (tiles made for many rows)
+ * leave partly unused (bench/RESULTS.md has the decode traces). Here a warp owns one
  * output o: its lanes stream w's row o in 16-byte pieces, GEMV_UNROLL of them in flight
  * each, dot them with the same 8 elements of each x row (small, read through the L1 cache
  * by every warp), and sum their partials by shuffles. Every (r, o) is summed in the same
